@@ -1,0 +1,23 @@
+"""The fkjoin engine: incremental Kafka-Streams-grade joins on Spark and Delta Lake.
+
+Public API (stable; see DESIGN.md)::
+
+    from airflow_provider_fkjoin.engine import get_spark, run_spec, load_spec, SpecError
+    result = run_spec("spec.yaml", spark=get_spark())
+"""
+
+from .errors import ConcurrentRefreshError, FkJoinError, InputDataError, SpecError
+from .runner import refresh_status, run_spec
+from .session import get_spark
+from .spec import load_spec
+
+__all__ = [
+    "ConcurrentRefreshError",
+    "FkJoinError",
+    "InputDataError",
+    "SpecError",
+    "get_spark",
+    "load_spec",
+    "refresh_status",
+    "run_spec",
+]

@@ -1,0 +1,29 @@
+"""Errors the engine raises, each with a message that names the table, column or key and the fix."""
+
+from __future__ import annotations
+
+
+class FkJoinError(Exception):
+    """Base class of every error the engine raises on purpose."""
+
+    retryable: bool = False
+
+
+class SpecError(FkJoinError, ValueError):
+    """A spec is invalid: the message names the field path (``left.key[0]``) and what was expected.
+
+    Raised before any data is read or written.
+    """
+
+
+class InputDataError(FkJoinError):
+    """An input table holds data the join cannot use (duplicate keys), found before anything is written."""
+
+
+class ConcurrentRefreshError(FkJoinError):
+    """Another refresh of the same output committed first. Nothing of this refresh was written.
+
+    Retrying is safe: the retry starts from the versions the winner consumed.
+    """
+
+    retryable = True

@@ -1,0 +1,440 @@
+"""The foreign-key table-table join (Kafka KIP-213), maintained incrementally on Delta tables.
+
+Many left rows reference one right row through a foreign key. The output is keyed by the left key and
+equals, after every refresh, the join computed from scratch over both inputs at the pinned versions.
+
+An incremental refresh reads both change feeds and recomputes only the *affected* left keys:
+
+* every left key that changed (insert, update, FK change, delete), and
+* every current left row whose FK points at a right key that changed (Kafka's subscription fan-out).
+
+Each affected key is re-joined against the pinned right snapshot (so the output pairs the current left
+row with the current right row, as KIP-213's hash check guarantees) and merged into the output: a new
+value, an unchanged value (not rewritten), or a retraction (deleted only if the output holds the key).
+
+Example::
+
+    run_foreign_key_join(load_spec({...}), spark)
+    # {"mode": "incremental", "rows": {"inserted": 3, "updated": 12, "deleted": 1, ...}, ...}
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.errors import AnalysisException, ParseException
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
+
+from .changes import ChangedKeys, changed_keys, check_keys, maybe_broadcast
+from .errors import SpecError
+from .merge import PRESENT, CommitRequest, create_output, merge_output, replace_output
+from .planning import InputState, RefreshPlan, cdf_unavailable_reason, plan_refresh
+from .progress import InputProgress, new_progress_metadata, read_progress, transaction_app_id
+from .spec import ForeignKeyJoinSpec, quote, spec_fingerprint
+from .tables import DeltaHandle, TableState, key_is_null
+from .trace import phase
+
+log = logging.getLogger(__name__)
+
+FK_PREFIX = "_fkjoin_fk"
+LEFT_CHANGED = "_fkjoin_lchg"
+RIGHT_CHANGED = "_fkjoin_rchg"
+
+
+@dataclass(frozen=True)
+class FkJoinShape:
+    """The join's columns, resolved against the live schemas (validated, with Spark SQL analysed)."""
+
+    left_key: list[str]
+    right_key: list[str]
+    fk_columns: list[str]
+    fk_exprs: list[Column]
+    output_columns: list[str]
+    value_columns: list[str]
+    projection: list[Column]
+    warnings: list[str]
+
+
+def _names(schema: StructType) -> list[str]:
+    return [field.name for field in schema.fields]
+
+
+def _require_columns(schema: StructType, columns: list[str], field_path: str, table: DeltaHandle) -> None:
+    names = _names(schema)
+    for index, column in enumerate(columns):
+        if column not in names:
+            raise SpecError(
+                f"{field_path}[{index}]: column {column!r} is not in {table.role} table {table.location} "
+                f"(columns: {', '.join(names)})"
+            )
+
+
+def _analysed(what: str, build: Any) -> Any:
+    """Run Spark analysis of user SQL and turn its failure into a SpecError naming the field."""
+    try:
+        return build()
+    except (AnalysisException, ParseException) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise SpecError(f"{what}: {first[:300]}") from None
+
+
+def resolve_shape(
+    spec: ForeignKeyJoinSpec, left: DeltaHandle, right: DeltaHandle, left_df: DataFrame, right_df: DataFrame
+) -> FkJoinShape:
+    """Check the spec against the live tables and build the column expressions; reads no data."""
+    left_schema, right_schema = left_df.schema, right_df.schema
+    _require_columns(left_schema, spec.left.key, "left.key", left)
+    _require_columns(right_schema, spec.right.key, "right.key", right)
+    right_types = {f.name: f.dataType for f in right_schema.fields}
+    fk_columns = [f"{FK_PREFIX}{i}" for i in range(len(spec.right.key))]
+    if isinstance(spec.foreign_key, list):
+        _require_columns(left_schema, spec.foreign_key, "foreign_key", left)
+        fk_exprs = [F.col(quote(c)) for c in spec.foreign_key]
+        sources = [f"left column {c!r}" for c in spec.foreign_key]
+        field_paths = [f"foreign_key[{i}]" for i in range(len(spec.foreign_key))]
+    else:
+        fk_exprs = [F.expr(e) for e in spec.foreign_key.expressions]
+        sources = [f"expression {e!r}" for e in spec.foreign_key.expressions]
+        field_paths = [f"foreign_key.expr[{i}]" for i in range(len(fk_exprs))]
+    typed = _analysed(
+        "foreign_key",
+        lambda: left_df.select(*[e.alias(n) for e, n in zip(fk_exprs, fk_columns, strict=True)]),
+    )
+    for index, (field, right_column) in enumerate(zip(typed.schema.fields, spec.right.key, strict=True)):
+        expected = right_types[right_column]
+        if field.dataType != expected:
+            raise SpecError(
+                f"{field_paths[index]}: {sources[index]} is {field.dataType.simpleString()} but right.key "
+                f"{right_column!r} is {expected.simpleString()}; keys compare by exact value, so cast it: "
+                f'foreign_key: {{expr: "CAST(... AS {expected.simpleString().upper()})"}}'
+            )
+
+    left_names = _names(left_schema)
+    if spec.columns is None:
+        right_values = [c for c in _names(right_schema) if c not in spec.right.key]
+        clash = sorted(set(right_values) & set(left_names))
+        if clash:
+            raise SpecError(
+                f"columns: the default projection (every left column, then every right non-key column) "
+                f"has {clash} on both sides; set 'columns' to name the output columns, e.g. "
+                f"columns: {{right_{clash[0]}: r.{clash[0]}}}"
+            )
+        output_columns = left_names + right_values
+        projection = [F.col(f"l.{quote(c)}").alias(c) for c in left_names] + [
+            F.col(f"r.{quote(c)}").alias(c) for c in right_values
+        ]
+    else:
+        output_columns = list(spec.left.key) + list(spec.columns)
+        projection = [F.col(f"l.{quote(c)}").alias(c) for c in spec.left.key] + [
+            F.expr(expression).alias(name) for name, expression in spec.columns.items()
+        ]
+    probe = left_df.limit(0).alias("l").join(right_df.limit(0).alias("r"), F.lit(False), "left")
+    _analysed("columns", lambda: probe.select(*projection))
+    value_columns = [c for c in output_columns if c not in spec.left.key]
+    return FkJoinShape(
+        left_key=list(spec.left.key),
+        right_key=list(spec.right.key),
+        fk_columns=fk_columns,
+        fk_exprs=fk_exprs,
+        output_columns=output_columns,
+        value_columns=value_columns,
+        projection=projection,
+        warnings=[],
+    )
+
+
+def _with_fk(left_df: DataFrame, shape: FkJoinShape) -> DataFrame:
+    return left_df.where(~key_is_null(shape.left_key)).select(
+        "*", *[e.alias(n) for e, n in zip(shape.fk_exprs, shape.fk_columns, strict=True)]
+    )
+
+
+def _join(left_rows: DataFrame, right_rows: DataFrame, shape: FkJoinShape, how: str) -> DataFrame:
+    """Join prepared left rows (with FK columns) to right rows and project the output columns."""
+    condition = None
+    for fk, right_column in zip(shape.fk_columns, shape.right_key, strict=True):
+        term = F.col(f"l.{fk}") == F.col(f"r.{quote(right_column)}")
+        condition = term if condition is None else condition & term
+    joined = left_rows.alias("l").join(
+        right_rows.alias("r"), condition, "inner" if how == "inner" else "left"
+    )
+    return joined.select(*shape.projection)
+
+
+def _same_schema(a: StructType, b: StructType) -> bool:
+    return [(f.name, f.dataType) for f in a.fields] == [(f.name, f.dataType) for f in b.fields]
+
+
+def run_foreign_key_join(spec: ForeignKeyJoinSpec, spark: SparkSession) -> dict[str, Any]:
+    """Refresh the output of a foreign-key join once; see the module docstring for the algorithm."""
+    started = time.monotonic()
+    left = DeltaHandle(spark, spec.left, "left")
+    right = DeltaHandle(spark, spec.right, "right")
+    output = DeltaHandle(spark, spec.output, "output")
+    left.require()
+    right.require()
+
+    states: dict[str, TableState] = {"left": left.state(), "right": right.state()}
+    to_versions = {side: state.version for side, state in states.items()}
+    phase("pinned")
+    left_df, right_df = left.read(to_versions["left"]), right.read(to_versions["right"])
+    shape = resolve_shape(spec, left, right, left_df, right_df)
+    warnings = [
+        f"change data feed is off on input {side} ({handle.location}): every refresh will be a full rebuild; "
+        f"enable it with ALTER TABLE ... SET TBLPROPERTIES (delta.enableChangeDataFeed = true)"
+        for side, handle in (("left", left), ("right", right))
+        if not states[side].cdf_enabled
+    ]
+    for warning in warnings:
+        log.warning(warning)
+
+    fingerprint = spec_fingerprint(spec)
+    previous = read_progress(output)
+    current = {
+        side: InputState(h.location, states[side].table_id, to_versions[side], states[side].cdf_enabled)
+        for side, h in (("left", left), ("right", right))
+    }
+    plan = plan_refresh(previous=previous, fingerprint=fingerprint, kind=spec.kind, current=current)
+
+    def result(plan: RefreshPlan, output_version: int | None, rows: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "kind": spec.kind,
+            "mode": plan.mode,
+            "reason": plan.reason,
+            "output": {"path": output.location, "version": output_version},
+            "inputs": {
+                side: {
+                    "path": current[side].location,
+                    "from_version": plan.from_versions.get(side),
+                    "to_version": to_versions[side],
+                }
+                for side in current
+            },
+            "rows": rows,
+            "warnings": warnings,
+            "duration_s": round(time.monotonic() - started, 3),
+        }
+
+    if plan.mode == "noop":
+        assert previous is not None
+        phase("committed")
+        return result(plan, previous.output_version, _rows())
+
+    seq = (previous.seq if previous else 0) + 1
+    inputs_progress = {
+        side: InputProgress(current[side].location, current[side].table_id, to_versions[side])
+        for side in current
+    }
+
+    def request(mode: str) -> CommitRequest:
+        metadata, token = new_progress_metadata(
+            seq=seq, kind=spec.kind, fingerprint=fingerprint, mode=mode, inputs=inputs_progress
+        )
+        return CommitRequest(metadata, token, transaction_app_id(output.location), seq)
+
+    if plan.mode == "incremental":
+        incremental = _incremental(
+            spec, shape, left, right, output, plan, to_versions, left_df, right_df, request
+        )
+        if isinstance(incremental, str):
+            plan = RefreshPlan("full", incremental, dict.fromkeys(current))
+        else:
+            version, rows = incremental
+            phase("committed")
+            return result(plan, version, rows)
+
+    version, rows = _full(spec, shape, left, right, output, to_versions, left_df, right_df, request)
+    phase("committed")
+    return result(plan, version, rows)
+
+
+def _rows(
+    inserted: int = 0,
+    updated: int = 0,
+    deleted: int = 0,
+    *,
+    null_left: int = 0,
+    null_right: int = 0,
+    changes_left: int = 0,
+    changes_right: int = 0,
+    recomputed: int = 0,
+) -> dict[str, Any]:
+    return {
+        "inserted": inserted,
+        "updated": updated,
+        "deleted": deleted,
+        "keys_recomputed": recomputed,
+        "changes_read": {"left": changes_left, "right": changes_right},
+        "null_keys_dropped": {"left": null_left, "right": null_right},
+    }
+
+
+def _full(
+    spec: ForeignKeyJoinSpec,
+    shape: FkJoinShape,
+    left: DeltaHandle,
+    right: DeltaHandle,
+    output: DeltaHandle,
+    to_versions: dict[str, int],
+    left_df: DataFrame,
+    right_df: DataFrame,
+    request: Any,
+) -> tuple[int, dict[str, Any]]:
+    null_left = check_keys(left_df, shape.left_key, left, to_versions["left"], count_nulls=True)
+    null_right = check_keys(right_df, shape.right_key, right, to_versions["right"], count_nulls=True)
+    phase("changes_read")
+    joined = _join(_with_fk(left_df, shape), right_df.where(~key_is_null(shape.right_key)), shape, spec.how)
+    phase("merge_started")
+    if not output.exists():
+        commit = create_output(output, joined, shape.left_key, request("full"))
+    elif _same_schema(output.read().schema, joined.schema):
+        source = joined.withColumn(PRESENT, F.lit(True))
+        commit = merge_output(
+            output, source, shape.left_key, shape.value_columns, request("full"), delete_unmatched=True
+        )
+    else:
+        commit = replace_output(output, joined, shape.left_key, request("full"))
+    rows = _rows(commit.inserted, commit.updated, commit.deleted, null_left=null_left, null_right=null_right)
+    return commit.version, rows
+
+
+def _incremental(
+    spec: ForeignKeyJoinSpec,
+    shape: FkJoinShape,
+    left: DeltaHandle,
+    right: DeltaHandle,
+    output: DeltaHandle,
+    plan: RefreshPlan,
+    to_versions: dict[str, int],
+    left_df: DataFrame,
+    right_df: DataFrame,
+    request: Any,
+) -> tuple[int, dict[str, Any]] | str:
+    """The incremental path: (output version, rows), or the reason to rebuild when a feed cannot serve."""
+    left_from, right_from = plan.from_versions["left"], plan.from_versions["right"]
+    assert left_from is not None and right_from is not None
+    empty: list[ChangedKeys] = []
+    try:
+        left_changes = _read_changes(left, shape.left_key, left_from, to_versions["left"], empty)
+        right_changes = _read_changes(right, shape.right_key, right_from, to_versions["right"], empty)
+    except _FeedUnavailable as unavailable:
+        for changes in empty:
+            changes.release()
+        return str(unavailable)
+    phase("changes_read")
+    cached: list[DataFrame] = []
+    try:
+        source, recomputed = _affected_source(
+            spec, shape, left, right, to_versions, left_df, right_df, left_changes, right_changes, cached
+        )
+        phase("merge_started")
+        commit = merge_output(output, source, shape.left_key, shape.value_columns, request("incremental"))
+    finally:
+        for frame in cached:
+            frame.unpersist()
+        left_changes.release()
+        right_changes.release()
+    rows = _rows(
+        commit.inserted,
+        commit.updated,
+        commit.deleted,
+        null_left=left_changes.null_keys,
+        null_right=right_changes.null_keys,
+        changes_left=left_changes.change_rows,
+        changes_right=right_changes.change_rows,
+        recomputed=recomputed,
+    )
+    return commit.version, rows
+
+
+class _FeedUnavailable(Exception):
+    pass
+
+
+def _read_changes(
+    table: DeltaHandle, key: list[str], after: int, to: int, opened: list[ChangedKeys]
+) -> ChangedKeys:
+    if after == to:
+        empty = table.spark.createDataFrame([], table.read(to).select(*[quote(c) for c in key]).schema)
+        found = ChangedKeys(keys=empty, count=0, change_rows=0, null_keys=0, cached=empty)
+    else:
+        try:
+            found = changed_keys(table, key, after, to)
+        except Exception as exc:  # Delta reports missing history through several exception types
+            if isinstance(exc, AnalysisException | ParseException) and "UNRESOLVED" in str(exc):
+                raise
+            raise _FeedUnavailable(
+                cdf_unavailable_reason(table.role, table.location, after, to, exc)
+            ) from exc
+    opened.append(found)
+    return found
+
+
+def _affected_source(
+    spec: ForeignKeyJoinSpec,
+    shape: FkJoinShape,
+    left: DeltaHandle,
+    right: DeltaHandle,
+    to_versions: dict[str, int],
+    left_df: DataFrame,
+    right_df: DataFrame,
+    left_changes: ChangedKeys,
+    right_changes: ChangedKeys,
+    cached: list[DataFrame],
+) -> tuple[DataFrame, int]:
+    """The MERGE source for the affected left keys: new joined values and retractions."""
+    output_schema_probe = _join(_with_fk(left_df.limit(0), shape), right_df.limit(0), shape, spec.how)
+    if left_changes.count == 0 and right_changes.count == 0:
+        return output_schema_probe.withColumn(PRESENT, F.lit(True)), 0
+
+    left_key_cols = list(shape.left_key)
+    flags = []
+    if left_changes.count:
+        flags.append(
+            (
+                maybe_broadcast(left_changes.keys.withColumn(LEFT_CHANGED, F.lit(True)), left_changes.count),
+                left_key_cols,
+                LEFT_CHANGED,
+            )
+        )
+    if right_changes.count:
+        renamed = right_changes.keys.select(
+            *[F.col(quote(rk)).alias(fk) for rk, fk in zip(shape.right_key, shape.fk_columns, strict=True)]
+        ).withColumn(RIGHT_CHANGED, F.lit(True))
+        flags.append((maybe_broadcast(renamed, right_changes.count), shape.fk_columns, RIGHT_CHANGED))
+    scan = _with_fk(left_df, shape)
+    hit = F.lit(False)
+    for frame, on, flag in flags:
+        scan = scan.join(frame, on=on, how="left")
+        hit = hit | F.coalesce(F.col(flag), F.lit(False))
+    affected = scan.where(hit).drop(*[flag for _, _, flag in flags]).persist()
+    cached.append(affected)
+    check_keys(affected, shape.left_key, left, to_versions["left"], count_nulls=False)
+    affected_count = affected.count()
+
+    needed = affected.select(*shape.fk_columns).where(~key_is_null(shape.fk_columns)).distinct()
+    needed = needed.select(
+        *[F.col(fk).alias(rk) for fk, rk in zip(shape.fk_columns, shape.right_key, strict=True)]
+    )
+    right_rows = (
+        right_df.where(~key_is_null(shape.right_key))
+        .join(maybe_broadcast(needed, affected_count), on=list(shape.right_key), how="left_semi")
+        .persist()
+    )
+    cached.append(right_rows)
+    check_keys(right_rows, shape.right_key, right, to_versions["right"], count_nulls=False)
+
+    joined = _join(affected, right_rows, shape, spec.how)
+    recon_keys = affected.select(*left_key_cols)
+    if left_changes.count:
+        recon_keys = recon_keys.unionByName(left_changes.keys.select(*left_key_cols)).distinct()
+    retractions = recon_keys.join(joined.select(*left_key_cols), on=left_key_cols, how="left_anti")
+    source = joined.withColumn(PRESENT, F.lit(True)).unionByName(
+        retractions.withColumn(PRESENT, F.lit(False)), allowMissingColumns=True
+    )
+    return source, affected_count + left_changes.count

@@ -1,0 +1,262 @@
+"""Specs: a dict, YAML or JSON file turned into typed, validated objects.
+
+Every problem raises :class:`SpecError` naming the field path and what to do, before any data is read.
+
+Example::
+
+    spec = load_spec({
+        "kind": "foreign_key_join",
+        "left": {"path": "/warehouse/orders", "key": ["order_id"]},
+        "right": {"path": "/warehouse/customers", "key": ["customer_id"]},
+        "foreign_key": ["customer_id"],
+        "output": {"path": "/warehouse/orders_enriched"},
+    })
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from .errors import SpecError
+
+RESERVED_PREFIX = "_fkjoin_"
+_CATALOG_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*){0,2}$")
+_FORBIDDEN_IN_NAMES = re.compile(r"[`\x00-\x1f\x7f]")
+
+
+def check_column_name(name: str) -> str:
+    """A column name that can be quoted safely in Spark SQL: no backticks, no control characters."""
+    if not name or _FORBIDDEN_IN_NAMES.search(name):
+        raise ValueError(f"{name!r} is not a usable column name (no backticks or control characters)")
+    if name.startswith(RESERVED_PREFIX):
+        raise ValueError(f"{name!r}: names starting with {RESERVED_PREFIX!r} are reserved for the engine")
+    return name
+
+
+def quote(name: str) -> str:
+    """Quote a validated column name for Spark SQL: ``order id`` -> ```order id```."""
+    return f"`{name}`"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TableRef(_Strict):
+    """A Delta table by ``path`` (local or any Hadoop file system URI) or catalog ``name``."""
+
+    path: str | None = None
+    name: str | None = None
+
+    @field_validator("path")
+    @classmethod
+    def _path_ok(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        if not value.strip() or _FORBIDDEN_IN_NAMES.search(value):
+            raise ValueError("must be a non-empty path without backticks or control characters")
+        if "://" not in value and not value.startswith("/"):
+            value = os.path.abspath(value)
+        return value
+
+    @field_validator("name")
+    @classmethod
+    def _name_ok(cls, value: str | None) -> str | None:
+        if value is not None and not _CATALOG_NAME.match(value):
+            raise ValueError("must be a catalog table name like db.table (letters, digits, underscores)")
+        return value
+
+    @model_validator(mode="after")
+    def _one_location(self) -> TableRef:
+        if (self.path is None) == (self.name is None):
+            raise ValueError("give exactly one of 'path' or 'name'")
+        return self
+
+    @property
+    def location(self) -> str:
+        """What error messages and results call this table."""
+        return self.path if self.path is not None else f"name:{self.name}"
+
+
+class KeyedTableRef(TableRef):
+    """An input table with its primary key (one row per key, like a KTable)."""
+
+    key: list[str] = Field(min_length=1)
+
+    @field_validator("key")
+    @classmethod
+    def _key_ok(cls, value: list[str]) -> list[str]:
+        for column in value:
+            check_column_name(column)
+        if len(set(value)) != len(value):
+            raise ValueError("lists a column twice")
+        return value
+
+
+class OutputRef(TableRef):
+    """The output table; created on the first run."""
+
+
+class ForeignKeyExpr(_Strict):
+    """The foreign key computed from left columns: one Spark SQL expression per right key column."""
+
+    expr: str | list[str]
+
+    @property
+    def expressions(self) -> list[str]:
+        return [self.expr] if isinstance(self.expr, str) else list(self.expr)
+
+
+class ForeignKeyJoinSpec(_Strict):
+    """KIP-213 foreign-key table-table join: many left rows reference one right row."""
+
+    kind: Literal["foreign_key_join"]
+    left: KeyedTableRef
+    right: KeyedTableRef
+    foreign_key: list[str] | ForeignKeyExpr
+    how: Literal["inner", "left"] = "inner"
+    columns: dict[str, str] | None = None
+    output: OutputRef
+
+    @field_validator("foreign_key")
+    @classmethod
+    def _fk_ok(cls, value: list[str] | ForeignKeyExpr) -> list[str] | ForeignKeyExpr:
+        if isinstance(value, list):
+            if not value:
+                raise ValueError("needs at least one left column")
+            for column in value:
+                check_column_name(column)
+        elif not all(e.strip() for e in value.expressions):
+            raise ValueError("expr must be non-empty Spark SQL")
+        return value
+
+    @field_validator("columns")
+    @classmethod
+    def _columns_ok(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        if value is None:
+            return value
+        if not value:
+            raise ValueError("is empty: leave it out for the default projection")
+        for name, expression in value.items():
+            check_column_name(name)
+            if not expression.strip():
+                raise ValueError(f"{name}: expression is empty")
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ForeignKeyJoinSpec:
+        arity = (
+            len(self.foreign_key) if isinstance(self.foreign_key, list) else len(self.foreign_key.expressions)
+        )
+        if arity != len(self.right.key):
+            raise ValueError(
+                f"foreign_key has {arity} part(s) but right.key {self.right.key} has {len(self.right.key)}: "
+                "give one left column (or expression) per right key column, in order"
+            )
+        if self.columns:
+            clash = sorted(set(self.columns) & set(self.left.key))
+            if clash:
+                raise ValueError(
+                    f"columns: {clash} are the output key (the left key) and are always included; "
+                    "drop them from columns or rename them"
+                )
+        if self.output.location in {self.left.location, self.right.location}:
+            raise ValueError("output must be a different table from left and right")
+        return self
+
+    def inputs(self) -> dict[str, KeyedTableRef]:
+        """The input tables by side name, in the order they appear in results."""
+        return {"left": self.left, "right": self.right}
+
+
+Spec = Annotated[ForeignKeyJoinSpec, Field(discriminator="kind")]
+_SPEC_ADAPTER: TypeAdapter[ForeignKeyJoinSpec] = TypeAdapter(Spec)
+KINDS = ("foreign_key_join",)
+
+
+def _field_path(loc: tuple[Any, ...]) -> str:
+    parts: list[str] = []
+    for item in loc:
+        if isinstance(item, int):
+            parts.append(f"[{item}]")
+        elif item in KINDS or item in {"list[str]", "ForeignKeyExpr"}:
+            continue
+        else:
+            parts.append(("." if parts else "") + str(item))
+    return "".join(parts) or "spec"
+
+
+def _format_errors(error: ValidationError) -> str:
+    lines = []
+    seen: set[str] = set()
+    for item in error.errors():
+        path = _field_path(tuple(item["loc"]))
+        message = item["msg"].removeprefix("Value error, ")
+        if item["type"] == "missing":
+            message = "is required"
+        elif item["type"] == "extra_forbidden":
+            message = "is not a known field (check the spelling)"
+        elif item["type"] == "union_tag_invalid":
+            path = "kind"
+            message = (
+                f"unknown kind {item.get('input', {}).get('kind')!r}; expected one of {', '.join(KINDS)}"
+            )
+        elif item["type"] == "union_tag_not_found":
+            path, message = "kind", f"is required; one of {', '.join(KINDS)}"
+        line = f"{path}: {message}"
+        if line not in seen:
+            seen.add(line)
+            lines.append(line)
+    return "invalid spec: " + "; ".join(lines)
+
+
+def read_spec_file(path: str | Path) -> dict[str, Any]:
+    """Read a YAML or JSON spec file into a dict (JSON is YAML, so one parser serves both)."""
+    file = Path(path)
+    if not file.is_file():
+        raise SpecError(f"spec file {str(file)!r} does not exist")
+    try:
+        data = yaml.safe_load(file.read_text())
+    except yaml.YAMLError as exc:
+        raise SpecError(f"spec file {str(file)!r} is not valid YAML/JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise SpecError(f"spec file {str(file)!r} must hold a mapping with a 'kind'")
+    return data
+
+
+def load_spec(spec: ForeignKeyJoinSpec | dict[str, Any] | str | Path) -> ForeignKeyJoinSpec:
+    """Turn a dict, a spec object, or a path to a YAML/JSON file into a validated spec."""
+    if isinstance(spec, BaseModel):
+        return spec
+    data = read_spec_file(spec) if isinstance(spec, str | Path) else spec
+    if not isinstance(data, dict):
+        raise SpecError(f"a spec must be a mapping, not {type(data).__name__}")
+    try:
+        return _SPEC_ADAPTER.validate_python(data)
+    except ValidationError as exc:
+        raise SpecError(_format_errors(exc)) from None
+
+
+def spec_fingerprint(spec: BaseModel) -> str:
+    """A short stable hash of everything in a spec that changes the output's content.
+
+    Stored in each output commit: a different fingerprint on the next run means a full rebuild.
+    """
+    canonical = json.dumps(spec.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]

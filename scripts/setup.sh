@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Set up a development environment in the repo: .venv with the pinned packages (constraints.txt), the
+# package installed editable, and Delta's jars fetched from Maven Central into .jars/ (once; later runs
+# are offline). Re-running is fast: each step is skipped when its inputs have not changed.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+python="${PYTHON:-python3.11}"
+command -v "$python" >/dev/null 2>&1 || python=python3
+
+if [ ! -x .venv/bin/python ]; then
+  echo "setup: creating .venv" >&2
+  "$python" -m venv .venv
+fi
+
+stamp=".venv/.fkjoin-setup-stamp"
+want="$(cat pyproject.toml constraints.txt | sha256sum | cut -d' ' -f1)"
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  echo "setup: installing pinned packages (constraints.txt)" >&2
+  .venv/bin/python -m pip install --quiet --upgrade "pip>=24"
+  .venv/bin/python -m pip install --quiet -c constraints.txt -e ".[dev]"
+  echo "$want" > "$stamp"
+fi
+
+jars_stamp=".jars/.stamp"
+jars_want="$(sha256sum scripts/delta-jars.pom.xml | cut -d' ' -f1)"
+if [ "$(cat "$jars_stamp" 2>/dev/null)" != "$jars_want" ]; then
+  echo "setup: fetching Delta's jars from Maven Central into .jars/" >&2
+  command -v mvn >/dev/null 2>&1 || { echo "setup: Maven (mvn) is needed once to fetch Delta's jars" >&2; exit 1; }
+  rm -rf .jars
+  mvn -B -q -f scripts/delta-jars.pom.xml dependency:copy-dependencies \
+    -DincludeScope=runtime \
+    -DincludeGroupIds=io.delta,io.unitycatalog,com.fasterxml.jackson.datatype \
+    -DoutputDirectory="$root/.jars" >&2
+  echo "$jars_want" > "$jars_stamp"
+fi
