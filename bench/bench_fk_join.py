@@ -31,6 +31,7 @@ import argparse
 import contextlib
 import cProfile
 import io
+import itertools
 import json
 import os
 import platform
@@ -86,6 +87,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--verify", choices=["count", "checksum"], default="count")
     p.add_argument("--trace", action="store_true", help="set FKJOIN_TRACE=1 and report the engine's phases")
     p.add_argument("--profile", action="store_true", help="cProfile each incremental refresh")
+    p.add_argument(
+        "--event-log",
+        action="store_true",
+        help="write Spark's event log under <workdir>/eventlog and break each refresh down by Spark job",
+    )
     p.add_argument("--baseline-only", action="store_true", help="data generation + full recompute only")
     p.add_argument("--no-warmup", action="store_true", help="skip the small warm-up run")
     args = p.parse_args(argv)
@@ -169,20 +175,23 @@ class PhaseTee(io.TextIOBase):
 
 
 def phase_breakdown(events, started: float, ended: float) -> list[dict]:
-    """Each phase runs from its marker to the next one (the last to the end of run_spec)."""
-    out = []
-    marks = [(t, name, extra) for t, name, extra in events if started - 1 <= t <= ended + 1]
-    for i, (t, name, extra) in enumerate(marks):
-        nxt = marks[i + 1][0] if i + 1 < len(marks) else ended
-        out.append(
-            {
-                "phase": name,
-                "start_s": round(t - started, 3),
-                "duration_s": round(nxt - t, 3),
-                "detail": extra,
-            }
-        )
-    return out
+    """Intervals between the engine's markers: ``start->pinned``, ``pinned->changes_read``, ...
+
+    A marker says a phase was *reached* (pinned, changes_read, merge_started, committed), so the time
+    between two markers is the work done between them; ``committed->end`` is what run_spec did after its
+    commit (reading the commit back from history).
+    """
+    marks = [("start", started)]
+    marks += [(name, t) for t, name, _extra in events if started - 1 <= t <= ended + 1]
+    marks.append(("end", ended))
+    return [
+        {
+            "phase": f"{a}->{b}",
+            "start_s": round(ta - started, 3),
+            "duration_s": round(tb - ta, 3),
+        }
+        for (a, ta), (b, tb) in itertools.pairwise(marks)
+    ]
 
 
 def profile_summary(prof: cProfile.Profile, limit: int = 30) -> list[dict]:
@@ -225,6 +234,24 @@ def full_recompute(spark, left: Path, right: Path, out: Path, lv: int, rv: int) 
     return time.perf_counter() - started
 
 
+METRICS_SHOWN = (
+    "operation",
+    "executionTimeMs",
+    "materializeSourceTimeMs",
+    "scanTimeMs",
+    "rewriteTimeMs",
+    "numSourceRows",
+    "numTargetFilesRemoved",
+    "numTargetFilesAdded",
+    "numTargetDeletionVectorsAdded",
+    "numTargetRowsCopied",
+    "numTargetRowsUpdated",
+    "numTargetRowsInserted",
+    "numTargetRowsDeleted",
+    "numTargetBytesRemoved",
+    "numTargetBytesAdded",
+)
+
 OUTPUT_COLUMNS = datagen.LEFT_COLUMNS + [c for c in datagen.RIGHT_COLUMNS if c != datagen.RIGHT_KEY]
 
 
@@ -259,6 +286,8 @@ def make_spec(left: Path, right: Path, out: Path) -> dict:
 class Runner:
     def __init__(self, args, spark, run_spec, tee: PhaseTee | None):
         self.args, self.spark, self.run_spec, self.tee = args, spark, run_spec, tee
+        self.windows: list[dict] = []  # each timed run_spec: label, epoch start/end (for the event log)
+        self.label = ""
 
     def log(self, msg: str) -> None:
         print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", flush=True)
@@ -267,6 +296,7 @@ class Runner:
         if self.tee:
             self.tee.take()
         prof = cProfile.Profile() if profile else None
+        epoch_started = time.time()
         started = time.perf_counter()
         if prof:
             prof.enable()
@@ -276,9 +306,29 @@ class Runner:
             if prof:
                 prof.disable()
         ended = time.perf_counter()
+        self.windows.append(
+            {"label": self.label, "start_ms": epoch_started * 1000, "end_ms": time.time() * 1000}
+        )
         phases = phase_breakdown(self.tee.take(), started, ended) if self.tee else []
         prof_rows = profile_summary(prof) if prof else []
         return result, ended - started, phases, prof_rows
+
+    def commit_metrics(self, out: Path, version: int | None) -> dict:
+        """The output commit's Delta operation metrics (MERGE: scan/rewrite/source times, files touched)."""
+        if version is None:
+            return {}
+        from delta.tables import DeltaTable
+
+        rows = (
+            DeltaTable.forPath(self.spark, str(out))
+            .history(5)
+            .where(f"version = {int(version)}")
+            .select("operation", "operationMetrics")
+            .collect()
+        )
+        if not rows:
+            return {}
+        return {"operation": rows[0]["operation"], **dict(rows[0]["operationMetrics"] or {})}
 
     def verify(self, out: Path, out_version: int | None, baseline: Path, what: str) -> dict:
         checksum = self.args.verify == "checksum"
@@ -331,6 +381,7 @@ class Runner:
             return rec
 
         spec = make_spec(left, right, out)
+        self.label = f"L{left_rows}:initial"
         result, t, phases, prof = self.timed_run_spec(spec, False)
         rec["initial_build"] = {"wall_s": round(t, 3), "result": result, "phases": phases}
         if result.get("mode") != "full":
@@ -342,11 +393,17 @@ class Runner:
             changes = self._apply_changes(rec, left, right, left_rows, r)
             lv, rv = datagen.latest_version(left), datagen.latest_version(right)
             spark.catalog.clearCache()
+            self.label = f"L{left_rows}:incremental#{r + 1}"
             result, t, phases, prof = self.timed_run_spec(spec, a.profile)
             mode = result.get("mode")
             self.log(f"(d) run_spec refresh #{r + 1}: {t:.2f}s mode={mode} rows={result.get('rows')}")
+            metrics = self.commit_metrics(out, _out_version(result))
+            self.log(
+                "      output commit: "
+                + ", ".join(f"{k}={metrics[k]}" for k in METRICS_SHOWN if k in metrics)
+            )
             for ph in phases:
-                self.log(f"      phase {ph['phase']:<28} {ph['duration_s']:8.3f}s  {ph['detail']}")
+                self.log(f"      phase {ph['phase']:<32} {ph['duration_s']:8.3f}s")
             for row in prof[:15]:
                 self.log(f"      prof {row['cumulative_s']:8.3f}s  x{row['calls']:<4} {row['function']}")
             t_full = full_recompute(spark, left, right, baseline, lv, rv)
@@ -365,6 +422,7 @@ class Runner:
                     "result": result,
                     "phases": phases,
                     "profile": prof,
+                    "output_commit_metrics": metrics,
                     "full_recompute_s": round(t_full, 3),
                     "input_versions": {"left": lv, "right": rv},
                     "verify": check,
@@ -428,6 +486,93 @@ def warmup(runner: Runner) -> None:
         runner.run_spec(spec, spark=spark)
     shutil.rmtree(wd, ignore_errors=True)
     runner.log(f"warm-up done in {time.perf_counter() - t0:.1f}s")
+
+
+def _union_ms(intervals: list[tuple[float, float]]) -> float:
+    total, cur_s, cur_e = 0.0, None, None
+    for a, b in sorted(intervals):
+        if cur_e is None or a > cur_e:
+            if cur_e is not None:
+                total += cur_e - cur_s
+            cur_s, cur_e = a, b
+        else:
+            cur_e = max(cur_e, b)
+    if cur_e is not None:
+        total += cur_e - cur_s
+    return total
+
+
+def analyse_event_log(path: Path, windows: list[dict]) -> list[dict]:
+    """Break each timed run_spec down with Spark's event log (written by Spark; no listener of ours).
+
+    Per run: its top-level SQL executions grouped by description (a Python call site such as
+    ``collect at .../changes.py:58``, or a Delta command such as a MERGE), the Delta sub-steps inside them
+    (``MERGE operation - scanning files for matches``, ...), the time covered by Spark jobs, and the time
+    when no SQL execution was running at all (Python, py4j, Delta API calls that run no query).
+    """
+    execs: dict[int, dict] = {}
+    jobs: dict[int, dict] = {}
+    for line in path.read_text().splitlines():
+        if '"Event":"SparkListenerTask' in line or '"Event":"SparkListenerStage' in line:
+            continue
+        try:
+            ev = json.loads(line)
+        except ValueError:
+            continue
+        kind = ev.get("Event", "")
+        if kind.endswith("SparkListenerSQLExecutionStart"):
+            eid = ev["executionId"]
+            execs[eid] = {
+                "root": ev.get("rootExecutionId", eid),
+                "what": ev.get("description", "?"),
+                "start": ev["time"],
+            }
+        elif kind.endswith("SparkListenerSQLExecutionEnd") and ev["executionId"] in execs:
+            execs[ev["executionId"]]["end"] = ev["time"]
+        elif kind == "SparkListenerJobStart":
+            jobs[ev["Job ID"]] = {"start": ev["Submission Time"]}
+        elif kind == "SparkListenerJobEnd" and ev["Job ID"] in jobs:
+            jobs[ev["Job ID"]]["end"] = ev["Completion Time"]
+    out = []
+    for w in windows:
+        lo, hi = w["start_ms"], w["end_ms"]
+        inside = {i: e for i, e in execs.items() if "end" in e and lo <= e["start"] <= hi}
+        roots = [e for i, e in inside.items() if e["root"] == i or e["root"] not in inside]
+        top: dict[str, dict] = {}
+        for e in roots:
+            g = top.setdefault(e["what"], {"what": e["what"], "count": 0, "_iv": []})
+            g["count"] += 1
+            g["_iv"].append((e["start"], e["end"]))
+        sub: dict[str, dict] = {}
+        for i, e in inside.items():
+            if e["root"] != i and e["root"] in inside and e["what"] != inside[e["root"]]["what"]:
+                g = sub.setdefault(e["what"], {"what": e["what"], "count": 0, "_iv": []})
+                g["count"] += 1
+                g["_iv"].append((e["start"], e["end"]))
+
+        def finish(groups):
+            rows = [
+                {"what": g["what"], "count": g["count"], "s": round(_union_ms(g["_iv"]) / 1000, 3)}
+                for g in groups.values()
+            ]
+            return sorted(rows, key=lambda r: -r["s"])
+
+        job_iv = [(j["start"], j["end"]) for j in jobs.values() if "end" in j and lo <= j["start"] <= hi]
+        wall = (hi - lo) / 1000
+        in_sql = _union_ms([(e["start"], e["end"]) for e in roots]) / 1000
+        out.append(
+            {
+                "label": w["label"],
+                "wall_s": round(wall, 3),
+                "sql_executions": len(roots),
+                "jobs": len(job_iv),
+                "jobs_busy_s": round(_union_ms(job_iv) / 1000, 3),
+                "outside_sql_s": round(wall - in_sql, 3),
+                "top_level": finish(top),
+                "delta_steps": finish(sub),
+            }
+        )
+    return out
 
 
 def machine_info(spark) -> dict:
@@ -528,6 +673,19 @@ def print_table(rows: list[dict]) -> str:
     return text
 
 
+def print_job_breakdown(runs: list[dict], top: int = 12) -> None:
+    for run in runs:
+        print(
+            f"\n{run['label']}: wall {run['wall_s']:.2f}s; {run['sql_executions']} top-level SQL executions, "
+            f"{run['jobs']} Spark jobs (busy {run['jobs_busy_s']:.2f}s); "
+            f"outside any SQL execution {run['outside_sql_s']:.2f}s"
+        )
+        for g in run["top_level"][:top]:
+            print(f"   {g['s']:8.3f}s  x{g['count']:<3d} {g['what'][:100]}")
+        for g in run["delta_steps"][:top]:
+            print(f"      {g['s']:8.3f}s  x{g['count']:<3d} {g['what'][:100]}")
+
+
 def targets(rows: list[dict]) -> dict:
     if not rows or rows[-1]["incremental_s"] is None:
         return {}
@@ -572,7 +730,18 @@ def main(argv: list[str] | None = None) -> int:
         print("[bench] engine.run_spec not available yet: running --baseline-only", flush=True)
         args.baseline_only = True
     t_start = time.perf_counter()
-    spark = get_spark(args.master, conf=SPARK_CONF)
+    conf = dict(SPARK_CONF)
+    if args.event_log:
+        log_dir = args.workdir / "eventlog"
+        log_dir.mkdir(parents=True, exist_ok=True)
+        conf.update(
+            {
+                "spark.eventLog.enabled": "true",
+                "spark.eventLog.dir": log_dir.as_uri(),
+                "spark.eventLog.compress": "false",
+            }
+        )
+    spark = get_spark(args.master, conf=conf)
     info = machine_info(spark)
     runner = Runner(args, spark, run_spec, tee)
     runner.log(f"machine: {json.dumps(info)}")
@@ -615,6 +784,18 @@ def main(argv: list[str] | None = None) -> int:
         if results["targets"]:
             print(f"targets: {json.dumps(results['targets'])}")
         print(f"total {results['total_s']}s", flush=True)
+        if args.event_log:
+            app_id = spark.sparkContext.applicationId
+            spark.stop()
+            logs = [p for p in (args.workdir / "eventlog").rglob(f"*{app_id}*") if p.is_file()]
+            logs = [p for p in logs if not p.name.startswith((".", "appstatus"))]
+            if logs:
+                merged = args.workdir / "eventlog" / f"{app_id}.merged.json"
+                with merged.open("w") as fh:
+                    for part in sorted(logs, key=lambda p: (len(p.name), p.name)):
+                        fh.write(part.read_text())
+                results["spark_jobs"] = analyse_event_log(merged, runner.windows)
+                print_job_breakdown(results["spark_jobs"])
         if args.json_out:
             _write_json(args.json_out, results)
     return 0

@@ -11,8 +11,11 @@ following ``reference/kafka_join_semantics.md`` §2 as a *table* (the state a Ka
 
 from __future__ import annotations
 
+import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
@@ -56,7 +59,16 @@ def table_columns(spark: SparkSession, path: str, version: int | None = None) ->
 
 
 def table_version(spark: SparkSession, path: str) -> int:
-    """The latest committed version of the Delta table at ``path``."""
+    """The latest committed version of the Delta table at ``path``.
+
+    For a local path this lists ``_delta_log/<version>.json`` (the Delta protocol's commit files; no Spark
+    job), else it asks Delta's history.
+    """
+    log = Path(str(path).removeprefix("file:")) / "_delta_log"
+    if "://" not in str(path).removeprefix("file://") and log.is_dir():
+        versions = [int(f.name[:-5]) for f in log.glob("*.json") if f.name[:-5].isdigit()]
+        if versions:
+            return max(versions)
     from delta.tables import DeltaTable
 
     last = DeltaTable.forPath(spark, str(path)).history(1).select("version").collect()
@@ -136,12 +148,18 @@ def delete_keys(spark: SparkSession, path: str, keys: Iterable[Any], key: Sequen
     return table_version(spark, path)
 
 
-def read_rows(spark: SparkSession, path: str, version: int | None = None) -> list[Row]:
-    """All rows of the table (at ``version`` if given) as dicts."""
+def read_table(spark: SparkSession, path: str, version: int | None = None) -> tuple[list[Row], list[str]]:
+    """All rows of the table (at ``version`` if given) as dicts, and its column names, in one read."""
     reader = spark.read.format("delta")
     if version is not None:
         reader = reader.option("versionAsOf", version)
-    return [row.asDict(recursive=True) for row in reader.load(str(path)).collect()]
+    frame = reader.load(str(path))
+    return [row.asDict(recursive=True) for row in frame.collect()], frame.columns
+
+
+def read_rows(spark: SparkSession, path: str, version: int | None = None) -> list[Row]:
+    """All rows of the table (at ``version`` if given) as dicts."""
+    return read_table(spark, path, version)[0]
 
 
 def read_changes(spark: SparkSession, path: str, start: int, end: int) -> list[Row]:
@@ -387,6 +405,59 @@ def diff_states(
     }
 
 
+def change_problems(
+    changes: Iterable[Mapping[str, Any]],
+    before_rows: Iterable[Mapping[str, Any]],
+    after_rows: Iterable[Mapping[str, Any]],
+    key: Sequence[str],
+) -> tuple[dict[KeyTuple, list[str]], dict[str, int]]:
+    """Check an output's change feed over one refresh against the states before and after it.
+
+    Clean means: per output key exactly one net change, i.e. one ``insert`` (of the new row), one ``delete``
+    (of a row that was there) or one ``update_preimage``/``update_postimage`` pair whose images differ; and a
+    change for exactly the keys whose row differs between the two states. Returns the problems by key and the
+    ``{"inserted", "updated", "deleted"}`` counts of the net change.
+    """
+    expected = diff_states(before_rows, after_rows, key)
+    per_key: dict[KeyTuple, list[Row]] = defaultdict(list)
+    for change in changes:
+        per_key[key_of(change, key)].append(dict(change))
+
+    problems: dict[KeyTuple, list[str]] = defaultdict(list)
+    for k, items in per_key.items():
+        kinds = sorted(c["_change_type"] for c in items)
+        images = {c["_change_type"]: {n: v for n, v in c.items() if n not in CDF_META} for c in items}
+        if kinds == ["insert"]:
+            if k not in expected["inserted"]:
+                problems[k].append(f"insert {images['insert']}, but the key was already there or is gone")
+            elif images["insert"] != expected["inserted"][k]:
+                problems[k].append(f"inserted {images['insert']}, final row {expected['inserted'][k]}")
+        elif kinds == ["delete"]:
+            if k not in expected["deleted"]:
+                problems[k].append(f"delete of {images['delete']}, but the key was absent or is still there")
+            elif images["delete"] != expected["deleted"][k]:
+                problems[k].append(f"deleted {images['delete']}, previous row {expected['deleted'][k]}")
+        elif kinds == ["update_postimage", "update_preimage"]:
+            pre, post = images["update_preimage"], images["update_postimage"]
+            if pre == post:
+                problems[k].append(f"no-op update rewrote {pre}")
+            elif k not in expected["updated"]:
+                problems[k].append(f"update {pre} -> {post}, but the key did not change that way")
+            elif (pre, post) != expected["updated"][k]:
+                problems[k].append(f"update {pre} -> {post}, expected {expected['updated'][k]}")
+        else:
+            problems[k].append(f"{len(items)} changes {kinds} in one refresh (want exactly one net change)")
+    for kind in ("inserted", "deleted", "updated"):
+        for k in expected[kind]:
+            if k not in per_key:
+                problems[k].append(f"{kind} between the two states, but the change feed has no row for it")
+    return dict(problems), {kind: len(expected[kind]) for kind in ("inserted", "updated", "deleted")}
+
+
+def format_problems(problems: Mapping[KeyTuple, Sequence[str]]) -> str:
+    return "\n".join(f"  key {k}: {msg}" for k in sorted(problems, key=repr) for msg in problems[k])
+
+
 def assert_clean_changes(
     spark: SparkSession,
     out_path: str,
@@ -399,60 +470,243 @@ def assert_clean_changes(
 ) -> dict[str, int]:
     """The output's change feed over a refresh (``before_version``+1 .. ``after_version``) is clean.
 
-    Per output key there is exactly one net change: one ``insert`` (of the new row), one ``delete`` (of a row
-    that was there), or one ``update_preimage``/``update_postimage`` pair whose images differ; and a change
-    appears exactly for the keys whose row differs between the two states. ``before_version=None`` means the
-    output did not exist before. Returns ``{"inserted", "updated", "deleted"}`` counts.
+    See :func:`change_problems`. ``before_version=None`` means the output did not exist before.
+    Returns the ``{"inserted", "updated", "deleted"}`` counts.
     """
     if before_rows is None:
         before_rows = [] if before_version is None else read_rows(spark, out_path, before_version)
     if after_rows is None:
         after_rows = read_rows(spark, out_path, after_version)
-    expected = diff_states(before_rows, after_rows, key)
     start = 0 if before_version is None else before_version + 1
     changes = read_changes(spark, out_path, start, after_version) if after_version >= start else []
-
-    per_key: dict[KeyTuple, list[Row]] = defaultdict(list)
-    for change in changes:
-        per_key[key_of(change, key)].append(change)
-
-    problems: list[str] = []
-    for k, items in sorted(per_key.items(), key=lambda kv: repr(kv[0])):
-        kinds = sorted(c["_change_type"] for c in items)
-        images = {c["_change_type"]: {n: v for n, v in c.items() if n not in CDF_META} for c in items}
-        if kinds == ["insert"]:
-            if k not in expected["inserted"]:
-                problems.append(
-                    f"key {k}: insert {images['insert']}, but the key was already there or is gone"
-                )
-            elif images["insert"] != expected["inserted"][k]:
-                problems.append(f"key {k}: inserted {images['insert']}, final row {expected['inserted'][k]}")
-        elif kinds == ["delete"]:
-            if k not in expected["deleted"]:
-                problems.append(
-                    f"key {k}: delete of {images['delete']}, but the key was absent or is still there"
-                )
-            elif images["delete"] != expected["deleted"][k]:
-                problems.append(f"key {k}: deleted {images['delete']}, previous row {expected['deleted'][k]}")
-        elif kinds == ["update_postimage", "update_preimage"]:
-            pre, post = images["update_preimage"], images["update_postimage"]
-            if pre == post:
-                problems.append(f"key {k}: no-op update rewrote {pre}")
-            elif k not in expected["updated"]:
-                problems.append(f"key {k}: update {pre} -> {post}, but the key did not change that way")
-            elif (pre, post) != expected["updated"][k]:
-                problems.append(f"key {k}: update {pre} -> {post}, expected {expected['updated'][k]}")
-        else:
-            problems.append(
-                f"key {k}: {len(items)} changes {kinds} in one refresh (want exactly one net change)"
-            )
-    for kind in ("inserted", "deleted", "updated"):
-        for k in expected[kind]:
-            if k not in per_key:
-                problems.append(
-                    f"key {k}: {kind} between the two states, but the change feed has no row for it"
-                )
-    assert not problems, (
-        f"output change feed of versions {start}..{after_version} is not clean:\n  " + "\n  ".join(problems)
+    problems, counts = change_problems(changes, before_rows, after_rows, key)
+    assert not problems, f"output change feed of versions {start}..{after_version} is not clean:\n" + (
+        format_problems(problems)
     )
-    return {kind: len(expected[kind]) for kind in ("inserted", "updated", "deleted")}
+    return counts
+
+
+# ------------------------------------------------------------------------------------ a world of refreshes
+
+
+@dataclass
+class Batch:
+    """Input changes applied together: deletes first, then upserts, one Delta commit per non-empty list."""
+
+    left_upserts: list[Row] = field(default_factory=list)
+    left_deletes: list[Any] = field(default_factory=list)
+    right_upserts: list[Row] = field(default_factory=list)
+    right_deletes: list[Any] = field(default_factory=list)
+
+    def extend(self, other: Batch) -> None:
+        self.left_upserts += other.left_upserts
+        self.left_deletes += other.left_deletes
+        self.right_upserts += other.right_upserts
+        self.right_deletes += other.right_deletes
+
+    def is_empty(self) -> bool:
+        return not (self.left_upserts or self.left_deletes or self.right_upserts or self.right_deletes)
+
+
+@dataclass
+class OutputSpec:
+    """One join over a world's two inputs: the spec's join fields plus how the oracle reproduces them."""
+
+    how: str
+    foreign_key: Any
+    columns: dict[str, str] | None = None
+    fk_oracle: FkSpec | None = None
+    columns_oracle: Mapping[str, ColumnSpec] | None = None
+
+
+@dataclass
+class Refresh:
+    """What one refresh of one output did, and everything found wrong with it."""
+
+    phase: int
+    result: dict[str, Any] | None = None
+    error: str | None = None
+    rows: dict[KeyTuple, Row] = field(default_factory=dict)
+    oracle: dict[KeyTuple, Row] = field(default_factory=dict)
+    change_problems: dict[KeyTuple, list[str]] = field(default_factory=dict)
+    changed: set[KeyTuple] = field(default_factory=set)
+    problems: list[str] = field(default_factory=list)
+    run_s: float = 0.0
+    check_s: float = 0.0
+
+    def describe(self) -> str:
+        if self.error:
+            return f"phase {self.phase}: run_spec raised {self.error}"
+        lines = [f"phase {self.phase}: {p}" for p in self.problems]
+        diff = {
+            k: [f"output {self.rows.get(k)} != oracle {self.oracle.get(k)}"]
+            for k in set(self.rows) | set(self.oracle)
+            if self.rows.get(k) != self.oracle.get(k)
+        }
+        if diff:
+            lines.append(f"phase {self.phase}: output differs from the oracle:\n" + format_problems(diff))
+        if self.change_problems:
+            lines.append(
+                f"phase {self.phase}: change feed not clean:\n" + format_problems(self.change_problems)
+            )
+        return "\n".join(lines)
+
+    def ok(self) -> bool:
+        return not self.describe()
+
+
+class World:
+    """Two input tables (CDF on), several outputs joined from them, refreshed together phase by phase.
+
+    Every refresh of every output is checked against the contract (mode, versions, one commit, counts,
+    columns), the oracle at the result's input versions, and the output's change feed; findings are recorded
+    per key in :class:`Refresh` records so that each test can look at the keys it owns.
+    """
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        root: str,
+        *,
+        left_schema: str,
+        right_schema: str,
+        left_key: Sequence[str],
+        right_key: Sequence[str],
+        outputs: Mapping[str, OutputSpec],
+    ) -> None:
+        self.spark = spark
+        self.root = str(root)
+        self.left_path = f"{self.root}/left"
+        self.right_path = f"{self.root}/right"
+        self.left_schema = left_schema
+        self.right_schema = right_schema
+        self.left_key = list(left_key)
+        self.right_key = list(right_key)
+        self.outputs = dict(outputs)
+        self.specs: dict[str, dict[str, Any]] = {}
+        for name, out in self.outputs.items():
+            spec: dict[str, Any] = {
+                "kind": "foreign_key_join",
+                "left": {"path": self.left_path, "key": self.left_key},
+                "right": {"path": self.right_path, "key": self.right_key},
+                "foreign_key": out.foreign_key,
+                "how": out.how,
+                "output": {"path": f"{self.root}/out_{name}"},
+            }
+            if out.columns is not None:
+                spec["columns"] = dict(out.columns)
+            self.specs[name] = spec
+        self.history: dict[str, list[Refresh]] = {name: [] for name in self.outputs}
+        self._last_ok: dict[str, Refresh] = {}
+        self._inputs_cache: dict[tuple[str, int], tuple[list[Row], list[str]]] = {}
+        self.phase = -1
+
+    def out_path(self, name: str) -> str:
+        return self.specs[name]["output"]["path"]
+
+    def create(self, left_rows: Sequence[Row], right_rows: Sequence[Row]) -> None:
+        create_table(self.spark, self.left_path, left_rows, self.left_schema)
+        create_table(self.spark, self.right_path, right_rows, self.right_schema)
+
+    def apply(self, batch: Batch) -> None:
+        if batch.left_deletes:
+            delete_keys(self.spark, self.left_path, batch.left_deletes, self.left_key)
+        if batch.left_upserts:
+            upsert(self.spark, self.left_path, batch.left_upserts, self.left_key)
+        if batch.right_deletes:
+            delete_keys(self.spark, self.right_path, batch.right_deletes, self.right_key)
+        if batch.right_upserts:
+            upsert(self.spark, self.right_path, batch.right_upserts, self.right_key)
+
+    def _input(self, path: str, version: int) -> tuple[list[Row], list[str]]:
+        cached = self._inputs_cache.get((path, version))
+        if cached is None:
+            cached = read_table(self.spark, path, version)
+            self._inputs_cache[(path, version)] = cached
+        return cached
+
+    def refresh(self) -> dict[str, Refresh]:
+        """Refresh every output once (one phase) and check each refresh."""
+        from airflow_provider_fkjoin.engine import run_spec
+
+        self.phase += 1
+        left_hw = table_version(self.spark, self.left_path)
+        right_hw = table_version(self.spark, self.right_path)
+        records: dict[str, Refresh] = {}
+        for name, spec in self.specs.items():
+            record = Refresh(self.phase)
+            records[name] = record
+            self.history[name].append(record)
+            started = time.monotonic()
+            try:
+                result = run_spec(spec, spark=self.spark)
+            except Exception as exc:
+                record.error = f"{type(exc).__name__}: {exc}"
+                continue
+            finally:
+                record.run_s = time.monotonic() - started
+            record.result = result
+            self._check(name, record, left_hw, right_hw)
+            record.check_s = time.monotonic() - started - record.run_s
+            self._last_ok[name] = record
+        return records
+
+    def _check(self, name: str, record: Refresh, left_hw: int, right_hw: int) -> None:
+        out = self.outputs[name]
+        result = record.result
+        assert result is not None
+        previous = self._last_ok.get(name)
+        problems = record.problems
+
+        if previous is None:
+            want_mode = "full"
+        else:
+            prev_in = previous.result["inputs"] if previous.result else {}
+            moved = (prev_in["left"]["to_version"], prev_in["right"]["to_version"]) != (left_hw, right_hw)
+            want_mode = "incremental" if moved else "noop"
+        if result.get("mode") != want_mode:
+            problems.append(f"mode {result.get('mode')!r} ({result.get('reason')!r}), expected {want_mode!r}")
+        if want_mode == "full" and "first" not in str(result.get("reason", "")).lower():
+            problems.append(f"first run's reason does not say so: {result.get('reason')!r}")
+        got_versions = (result["inputs"]["left"]["to_version"], result["inputs"]["right"]["to_version"])
+        if got_versions != (left_hw, right_hw):
+            problems.append(f"to_versions {got_versions}, the inputs were at {(left_hw, right_hw)}")
+
+        out_path = self.out_path(name)
+        version = result["output"]["version"]
+        latest = table_version(self.spark, out_path)
+        if version != latest:
+            problems.append(f"result names output version {version}, the output is at {latest}")
+        prev_version = previous.result["output"]["version"] if previous and previous.result else None
+        if want_mode == "incremental" and prev_version is not None and version != prev_version + 1:
+            problems.append(f"incremental refresh went from output version {prev_version} to {version}")
+        if want_mode == "noop" and version != prev_version:
+            problems.append(f"noop refresh moved the output from version {prev_version} to {version}")
+
+        left_rows, left_cols = self._input(self.left_path, got_versions[0])
+        right_rows, right_cols = self._input(self.right_path, got_versions[1])
+        fk = out.fk_oracle if out.fk_oracle is not None else list(out.foreign_key)
+        columns = out.columns_oracle if out.columns_oracle is not None else out.columns
+        expected = expected_fk_join(
+            left_rows, right_rows, self.left_key, self.right_key, fk, out.how, columns,
+            left_columns=left_cols, right_columns=right_cols,
+        )  # fmt: skip
+        want_cols = output_columns(left_cols, right_cols, self.left_key, self.right_key, columns)
+        after, got_cols = read_table(self.spark, out_path, version)
+        if got_cols != want_cols:
+            problems.append(f"output columns {got_cols}, expected {want_cols}")
+        record.rows = rows_by_key(after, self.left_key)
+        record.oracle = rows_by_key(expected, self.left_key)
+        before = list(previous.rows.values()) if previous else []
+        start = 0 if prev_version is None else prev_version + 1
+        changes = read_changes(self.spark, out_path, start, version) if version >= start else []
+        record.changed = {key_of(c, self.left_key) for c in changes}
+        record.change_problems, counts = change_problems(changes, before, after, self.left_key)
+        got_counts = {kind: result.get("rows", {}).get(kind) for kind in counts}
+        if got_counts != counts:
+            problems.append(f"result rows {got_counts}, the change feed says {counts}")
+
+    def assert_ok(self, name: str) -> None:
+        """Every refresh of output ``name`` so far met the whole contract."""
+        report = "\n".join(r.describe() for r in self.history[name] if not r.ok())
+        assert not report, f"output {name}:\n{report}"

@@ -1,31 +1,34 @@
-"""The foreign-key join against the reference table of observable behaviour (kafka_join_semantics.md §2.4).
+"""The foreign-key join against the reference's table of observable behaviour (kafka_join_semantics.md §2.4).
 
-Each test builds tiny ``orders -> customers`` tables, refreshes, applies one event and refreshes again. After
-every refresh it checks the exact output rows (hand-written), the oracle at the result's input versions, and
-the output's change data feed for that refresh (one net change per changed key, nothing else).
+The port is a *table* (DESIGN.md, "Semantics every join keeps"): where Kafka emits a record, the output row
+changes; where Kafka emits a tombstone for a key that never produced a result, the output has no row and
+nothing is written (§2.6 port guidance).
 
-The port is a *table* (DESIGN.md §4): where Kafka emits a record, the output row changes; where Kafka emits a
-tombstone for a key that never produced a result, the output has no row and nothing is written.
+To keep the suite fast, the §2.4 scenarios share one pair of inputs (``orders -> customers``): each scenario
+owns a block of order ids and its own customer ids, all scenarios' changes of a phase land together, and one
+refresh per phase updates four outputs (inner/left x default projection/``columns`` projection). Each test
+then checks its own keys, after every phase: the exact rows it expects (hand-written), the oracle at the
+result's input versions, and the output's change data feed (one net change per changed key, nothing else).
+``test_world_contract`` checks the whole of every refresh (modes, versions, one commit, counts, every key).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from helpers import (
-    ColumnSpec,
-    FkSpec,
+    Batch,
+    OutputSpec,
     Row,
+    World,
     append_rows,
-    assert_clean_changes,
-    assert_output_matches_oracle,
     assert_same_rows,
     create_table,
     delete_keys,
-    key_of,
+    expected_fk_join,
     read_changes,
     read_rows,
     table_version,
@@ -36,715 +39,975 @@ from pyspark.sql import SparkSession
 from airflow_provider_fkjoin.engine import SpecError, run_spec
 from airflow_provider_fkjoin.engine.errors import InputDataError
 
-ORDERS = "order_id INT, customer_id INT, amount INT"
-CUSTOMERS = "customer_id INT, name STRING, tier STRING"
-
-ANN = {"customer_id": 10, "name": "ann", "tier": "gold"}
-BOB = {"customer_id": 20, "name": "bob", "tier": "silver"}
-CY = {"customer_id": 30, "name": "cy", "tier": "bronze"}
-CUSTOMERS_BY_ID = {c["customer_id"]: c for c in (ANN, BOB, CY)}
-
-
-def order(order_id: int, customer_id: int | None, amount: int = 100) -> Row:
-    return {"order_id": order_id, "customer_id": customer_id, "amount": amount}
+ORDERS = "order_id INT, customer_id STRING, amount INT"
+CUSTOMERS = "customer_id STRING, name STRING, tier STRING"
+HOWS = ["inner", "left"]
+PROJECTION = {"customer_name": "r.name", "double_amount": "l.amount * 2"}
+PROJECTION_ORACLE = {
+    "customer_name": "r.name",
+    "double_amount": lambda left, _right: None if left["amount"] is None else left["amount"] * 2,
+}
 
 
-def joined(order_row: Row, customer: Row | None) -> Row:
+def joined(order: Row, customer: Row | None) -> Row:
     """One default-projection output row: every order column, then the customer's non-key columns."""
     return {
-        **order_row,
+        **order,
         "name": customer["name"] if customer else None,
         "tier": customer["tier"] if customer else None,
     }
 
 
-def pick(how: str, *, inner: list[Row], left: list[Row]) -> list[Row]:
-    return inner if how == "inner" else left
+# ------------------------------------------------------------------------------------------- scenarios
 
 
-@pytest.fixture(params=["inner", "left"])
+class Scenario:
+    """Rows, per-phase changes and per-phase expectations of one §2.4 case, on keys of its own.
+
+    Order ids are ``base + n``; customer ids are ``"<tag>-<suffix>"`` so scenarios never see each other.
+    Expectations carry forward: a phase without ``expect`` must leave the scenario's rows untouched.
+    """
+
+    def __init__(self, name: str, index: int) -> None:
+        self.name = name
+        self.base = index * 100
+        self.tag = f"s{index}"
+        self.left0: list[Row] = []
+        self.right0: list[Row] = []
+        self.rounds: dict[int, list[Batch]] = {}
+        self.expected: dict[tuple[str, str], dict[int, list[Row]]] = {}
+
+    def o(self, n: int, cust: str | None, amount: int = 100) -> Row:
+        return {"order_id": self.base + n, "customer_id": self.cid(cust), "amount": amount}
+
+    def cid(self, cust: str | None) -> str | None:
+        return None if cust is None else f"{self.tag}-{cust}"
+
+    def c(self, cust: str, name: str | None = None, tier: str = "gold") -> Row:
+        return {"customer_id": self.cid(cust), "name": name or f"{self.tag}-{cust}-name", "tier": tier}
+
+    def initial(self, left: list[Row] | None = None, right: list[Row] | None = None) -> None:
+        self.left0 += left or []
+        self.right0 += right or []
+
+    def at(self, phase: int, round_no: int = 0) -> Batch:
+        """The batch of changes of round ``round_no`` of ``phase`` (rounds run in order within a phase)."""
+        rounds = self.rounds.setdefault(phase, [])
+        while len(rounds) <= round_no:
+            rounds.append(Batch())
+        return rounds[round_no]
+
+    def expect(
+        self,
+        phase: int,
+        *,
+        both: list[Row] | None = None,
+        inner: list[Row] | None = None,
+        left: list[Row] | None = None,
+        family: str = "default",
+    ) -> None:
+        for how, rows in (
+            ("inner", inner if both is None else both),
+            ("left", left if both is None else both),
+        ):
+            assert rows is not None, f"{self.name}: phase {phase} needs an expectation for {how}"
+            self.expected.setdefault((family, how), {})[phase] = rows
+
+    def owns(self, key: tuple[Any, ...]) -> bool:
+        return key[0] is not None and self.base <= key[0] < self.base + 100
+
+
+SCENARIOS: dict[str, Scenario] = {}
+PHASES = 3  # phase 0 is the first (full) refresh, 1-2 are incremental, phase 3 changes nothing (noop)
+
+
+def scenario(build: Callable[[Scenario], None]) -> Callable[[Scenario], None]:
+    s = Scenario(build.__name__, len(SCENARIOS) + 1)
+    build(s)
+    SCENARIOS[s.name] = s
+    return build
+
+
+# §2.4 row: left insert, right row exists -> J(l, r)
+@scenario
+def left_insert_right_exists(s: Scenario) -> None:
+    s.initial(right=[s.c("A")])
+    s.expect(0, both=[])
+    s.at(1).left_upserts += [s.o(1, "A")]
+    s.expect(1, both=[joined(s.o(1, "A"), s.c("A"))])
+
+
+# left insert, right row missing -> inner nothing, left J(l, null)
+@scenario
+def left_insert_right_missing(s: Scenario) -> None:
+    s.initial(right=[s.c("A")])
+    s.expect(0, both=[])
+    s.at(1).left_upserts += [s.o(1, "missing")]
+    s.expect(1, inner=[], left=[joined(s.o(1, "missing"), None)])
+
+
+# left insert, fk null -> inner nothing, left J(l, null) (KIP-962)
+@scenario
+def left_insert_fk_null(s: Scenario) -> None:
+    s.initial(right=[s.c("A")])
+    s.expect(0, both=[])
+    s.at(1).left_upserts += [s.o(1, None)]
+    s.expect(1, inner=[], left=[joined(s.o(1, None), None)])
+
+
+# left update, same fk, right exists -> J(l', r)
+@scenario
+def left_update_same_fk_right_exists(s: Scenario) -> None:
+    s.initial(left=[s.o(1, "A"), s.o(2, "A")], right=[s.c("A")])
+    s.expect(0, both=[joined(s.o(1, "A"), s.c("A")), joined(s.o(2, "A"), s.c("A"))])
+    s.at(1).left_upserts += [s.o(1, "A", 555)]
+    s.expect(1, both=[joined(s.o(1, "A", 555), s.c("A")), joined(s.o(2, "A"), s.c("A"))])
+
+
+# left update, same fk, right missing -> inner nothing (trap 2: 4.0 emitted a tombstone), left J(l', null)
+@scenario
+def left_update_same_fk_right_missing(s: Scenario) -> None:
+    s.initial(left=[s.o(1, "missing")])
+    s.expect(0, inner=[], left=[joined(s.o(1, "missing"), None)])
+    s.at(1).left_upserts += [s.o(1, "missing", 555)]
+    s.expect(1, inner=[], left=[joined(s.o(1, "missing", 555), None)])
+
+
+# left fk A -> B, B exists -> one J(l', rB), never J(l', null) first (trap 1)
+@scenario
+def left_fk_change_to_existing(s: Scenario) -> None:
+    s.initial(left=[s.o(1, "A")], right=[s.c("A"), s.c("B")])
+    s.expect(0, both=[joined(s.o(1, "A"), s.c("A"))])
+    s.at(1).left_upserts += [s.o(1, "B")]
+    s.expect(1, both=[joined(s.o(1, "B"), s.c("B"))])
+
+
+# left fk A -> B, B missing -> inner tombstone (even if A never matched), left J(l', null)
+@scenario
+def left_fk_change_to_missing_from_matched(s: Scenario) -> None:
+    s.initial(left=[s.o(1, "A"), s.o(2, "A")], right=[s.c("A")])
+    s.expect(0, both=[joined(s.o(1, "A"), s.c("A")), joined(s.o(2, "A"), s.c("A"))])
+    s.at(1).left_upserts += [s.o(1, "missing")]
+    s.expect(
+        1,
+        inner=[joined(s.o(2, "A"), s.c("A"))],
+        left=[joined(s.o(1, "missing"), None), joined(s.o(2, "A"), s.c("A"))],
+    )
+
+
+@scenario
+def left_fk_change_to_missing_from_unmatched(s: Scenario) -> None:
+    s.initial(left=[s.o(1, "gone"), s.o(2, "A")], right=[s.c("A")])
+    s.expect(
+        0,
+        inner=[joined(s.o(2, "A"), s.c("A"))],
+        left=[joined(s.o(1, "gone"), None), joined(s.o(2, "A"), s.c("A"))],
+    )
+    s.at(1).left_upserts += [s.o(1, "missing")]
+    # the inner join's tombstone is for a key the output never held: nothing is written
+    s.expect(
+        1,
+        inner=[joined(s.o(2, "A"), s.c("A"))],
+        left=[joined(s.o(1, "missing"), None), joined(s.o(2, "A"), s.c("A"))],
+    )
+
+
+# left fk A -> null -> inner tombstone (trap 3: 4.0 kept the stale row), left J(l', null); unsubscribed from A
+@scenario
+def left_fk_change_to_null(s: Scenario) -> None:
+    a2 = s.c("A", name="renamed")
+    s.initial(left=[s.o(1, "A"), s.o(2, "A")], right=[s.c("A")])
+    s.expect(0, both=[joined(s.o(1, "A"), s.c("A")), joined(s.o(2, "A"), s.c("A"))])
+    s.at(1).left_upserts += [s.o(1, None)]
+    s.expect(
+        1,
+        inner=[joined(s.o(2, "A"), s.c("A"))],
+        left=[joined(s.o(1, None), None), joined(s.o(2, "A"), s.c("A"))],
+    )
+    s.at(2).right_upserts += [a2]
+    s.expect(2, inner=[joined(s.o(2, "A"), a2)], left=[joined(s.o(1, None), None), joined(s.o(2, "A"), a2)])
+
+
+# left fk null -> B -> J(l', rB) if B exists (trap 3: 4.0 ignored it), else inner nothing / left J(l', null)
+@scenario
+def left_fk_change_from_null_to_existing(s: Scenario) -> None:
+    s.initial(left=[s.o(1, None)], right=[s.c("B")])
+    s.expect(0, inner=[], left=[joined(s.o(1, None), None)])
+    s.at(1).left_upserts += [s.o(1, "B")]
+    s.expect(1, both=[joined(s.o(1, "B"), s.c("B"))])
+
+
+@scenario
+def left_fk_change_from_null_to_missing(s: Scenario) -> None:
+    s.initial(left=[s.o(1, None)], right=[s.c("B")])
+    s.expect(0, inner=[], left=[joined(s.o(1, None), None)])
+    s.at(1).left_upserts += [s.o(1, "missing")]
+    s.expect(1, inner=[], left=[joined(s.o(1, "missing"), None)])
+
+
+# left delete (row existed) -> one tombstone; written only for a key the output holds
+@scenario
+def left_delete_of_joined_row(s: Scenario) -> None:
+    s.initial(left=[s.o(1, "A"), s.o(2, "A")], right=[s.c("A")])
+    s.expect(0, both=[joined(s.o(1, "A"), s.c("A")), joined(s.o(2, "A"), s.c("A"))])
+    s.at(1).left_deletes += [s.base + 1]
+    s.expect(1, both=[joined(s.o(2, "A"), s.c("A"))])
+
+
+@scenario
+def left_delete_of_unjoined_row(s: Scenario) -> None:
+    s.initial(left=[s.o(1, "missing"), s.o(2, "A")], right=[s.c("A")])
+    s.expect(
+        0,
+        inner=[joined(s.o(2, "A"), s.c("A"))],
+        left=[joined(s.o(1, "missing"), None), joined(s.o(2, "A"), s.c("A"))],
+    )
+    s.at(1).left_deletes += [s.base + 1]
+    s.expect(1, both=[joined(s.o(2, "A"), s.c("A"))])
+
+
+# left delete of a key that never existed / is already deleted -> nothing
+@scenario
+def left_delete_of_never_existing_key(s: Scenario) -> None:
+    s.initial(left=[s.o(1, "A")], right=[s.c("A")])
+    s.expect(0, both=[joined(s.o(1, "A"), s.c("A"))])
+    s.at(1).left_deletes += [s.base + 77]
+
+
+@scenario
+def left_delete_of_already_deleted_key(s: Scenario) -> None:
+    s.initial(left=[s.o(1, "A"), s.o(2, "A")], right=[s.c("A")])
+    s.expect(0, both=[joined(s.o(1, "A"), s.c("A")), joined(s.o(2, "A"), s.c("A"))])
+    s.at(1).left_deletes += [s.base + 2]
+    s.expect(1, both=[joined(s.o(1, "A"), s.c("A"))])
+    s.at(2).left_deletes += [s.base + 2]
+
+
+# right insert/update, subscribers present -> J(l_i, r) for each subscribed left row, and only those
+@scenario
+def right_insert_with_subscribers(s: Scenario) -> None:
+    s.initial(left=[s.o(3, "A"), s.o(1, "A"), s.o(2, "B")], right=[s.c("B")])
+    s.expect(
+        0,
+        inner=[joined(s.o(2, "B"), s.c("B"))],
+        left=[joined(s.o(1, "A"), None), joined(s.o(2, "B"), s.c("B")), joined(s.o(3, "A"), None)],
+    )
+    s.at(1).right_upserts += [s.c("A")]
+    s.expect(
+        1,
+        both=[joined(s.o(1, "A"), s.c("A")), joined(s.o(2, "B"), s.c("B")), joined(s.o(3, "A"), s.c("A"))],
+    )
+
+
+@scenario
+def right_update_with_subscribers(s: Scenario) -> None:
+    a2 = s.c("A", name="renamed", tier="platinum")
+    s.initial(left=[s.o(3, "A"), s.o(1, "A"), s.o(2, "B")], right=[s.c("A"), s.c("B")])
+    s.expect(
+        0,
+        both=[joined(s.o(1, "A"), s.c("A")), joined(s.o(2, "B"), s.c("B")), joined(s.o(3, "A"), s.c("A"))],
+    )
+    s.at(1).right_upserts += [a2]
+    s.expect(1, both=[joined(s.o(1, "A"), a2), joined(s.o(2, "B"), s.c("B")), joined(s.o(3, "A"), a2)])
+
+
+# right delete, subscribers present -> inner: a tombstone per subscriber; left: J(l_i, null)
+@scenario
+def right_delete_with_subscribers(s: Scenario) -> None:
+    s.initial(left=[s.o(1, "A"), s.o(2, "A"), s.o(3, "B")], right=[s.c("A"), s.c("B")])
+    s.expect(
+        0,
+        both=[joined(s.o(1, "A"), s.c("A")), joined(s.o(2, "A"), s.c("A")), joined(s.o(3, "B"), s.c("B"))],
+    )
+    s.at(1).right_deletes += [s.cid("A")]
+    s.expect(
+        1,
+        inner=[joined(s.o(3, "B"), s.c("B"))],
+        left=[joined(s.o(1, "A"), None), joined(s.o(2, "A"), None), joined(s.o(3, "B"), s.c("B"))],
+    )
+
+
+# right insert/update/delete without subscribers -> nothing
+def _right_change_without_subscribers(s: Scenario, op: str) -> None:
+    s.initial(left=[s.o(1, "A"), s.o(2, "missing")], right=[s.c("A"), s.c("B")])
+    s.expect(
+        0,
+        inner=[joined(s.o(1, "A"), s.c("A"))],
+        left=[joined(s.o(1, "A"), s.c("A")), joined(s.o(2, "missing"), None)],
+    )
+    if op == "insert":
+        s.at(1).right_upserts += [s.c("C")]
+    elif op == "update":
+        s.at(1).right_upserts += [s.c("B", name="changed")]
+    else:
+        s.at(1).right_deletes += [s.cid("B")]
+
+
+@scenario
+def right_insert_without_subscribers(s: Scenario) -> None:
+    _right_change_without_subscribers(s, "insert")
+
+
+@scenario
+def right_update_without_subscribers(s: Scenario) -> None:
+    _right_change_without_subscribers(s, "update")
+
+
+@scenario
+def right_delete_without_subscribers(s: Scenario) -> None:
+    _right_change_without_subscribers(s, "delete")
+
+
+# right tombstone for a key that never existed, subscribers present -> Kafka re-emits tombstone / J(l, null);
+# the table's rows are unchanged, so nothing is written
+@scenario
+def right_delete_of_never_existing_key(s: Scenario) -> None:
+    s.initial(left=[s.o(1, "X"), s.o(2, "A")], right=[s.c("A")])
+    s.expect(
+        0,
+        inner=[joined(s.o(2, "A"), s.c("A"))],
+        left=[joined(s.o(1, "X"), None), joined(s.o(2, "A"), s.c("A"))],
+    )
+    s.at(1).right_deletes += [s.cid("X")]
+
+
+# old right row changes after the left row moved its fk away -> nothing for that row (KAFKA-9244)
+@scenario
+def old_right_row_changes_after_fk_moved_away(s: Scenario) -> None:
+    a2 = s.c("A", tier="lead")
+    s.initial(left=[s.o(1, "A"), s.o(2, "A"), s.o(3, "D")], right=[s.c("A"), s.c("B"), s.c("D")])
+    s.expect(
+        0,
+        both=[joined(s.o(1, "A"), s.c("A")), joined(s.o(2, "A"), s.c("A")), joined(s.o(3, "D"), s.c("D"))],
+    )
+    s.at(1).left_upserts += [s.o(1, "B"), s.o(3, "B")]
+    s.expect(
+        1,
+        both=[joined(s.o(1, "B"), s.c("B")), joined(s.o(2, "A"), s.c("A")), joined(s.o(3, "B"), s.c("B"))],
+    )
+    s.at(2).right_upserts += [a2]  # order 2 still subscribes to A; order 1 no longer does
+    s.at(2).right_deletes += [s.cid("D")]  # nobody subscribes to D any more
+    s.expect(
+        2,
+        both=[joined(s.o(1, "B"), s.c("B")), joined(s.o(2, "A"), a2), joined(s.o(3, "B"), s.c("B"))],
+    )
+
+
+# ---------------------------------------------------------------------------- beyond §2.4's table
+
+
+# trap 6: right key "fk" must not match left FK "fk1" (nor "FK", nor "fk ")
+@scenario
+def fk_prefix_does_not_match(s: Scenario) -> None:
+    s.initial(
+        left=[s.o(1, "fk1", 1), s.o(2, "fk", 2), s.o(3, "FK", 3), s.o(4, "fk ", 4)],
+        right=[s.c("fk", name="plain")],
+    )
+    misses = [joined(s.o(1, "fk1", 1), None), joined(s.o(3, "FK", 3), None), joined(s.o(4, "fk ", 4), None)]
+    plain, plain2, one = s.c("fk", name="plain"), s.c("fk", name="plain2"), s.c("fk1", name="one")
+    s.expect(0, inner=[joined(s.o(2, "fk", 2), plain)], left=[joined(s.o(2, "fk", 2), plain), *misses])
+    s.at(1).right_upserts += [plain2, s.c("f", name="shorter")]
+    s.expect(1, inner=[joined(s.o(2, "fk", 2), plain2)], left=[joined(s.o(2, "fk", 2), plain2), *misses])
+    s.at(2).right_deletes += [s.cid("fk")]
+    s.at(2).right_upserts += [one]
+    s.expect(
+        2,
+        inner=[joined(s.o(1, "fk1", 1), one)],
+        left=[
+            joined(s.o(1, "fk1", 1), one),
+            joined(s.o(2, "fk", 2), None),
+            joined(s.o(3, "FK", 3), None),
+            joined(s.o(4, "fk ", 4), None),
+        ],
+    )
+
+
+@scenario
+def reinsert_after_delete(s: Scenario) -> None:
+    a_again = s.c("A", name="again")
+    s.initial(left=[s.o(1, "A"), s.o(2, "A"), s.o(3, "B")], right=[s.c("A"), s.c("B")])
+    s.expect(
+        0,
+        both=[joined(s.o(1, "A"), s.c("A")), joined(s.o(2, "A"), s.c("A")), joined(s.o(3, "B"), s.c("B"))],
+    )
+    s.at(1).left_deletes += [s.base + 1]
+    s.expect(1, both=[joined(s.o(2, "A"), s.c("A")), joined(s.o(3, "B"), s.c("B"))])
+    # order 1 comes back elsewhere; order 3 is deleted and re-inserted identical (no net change); customer A
+    # is deleted and re-inserted renamed
+    batch = s.at(2)
+    batch.left_upserts += [s.o(1, "B", 9), s.o(3, "B")]
+    batch.left_deletes += [s.base + 3]
+    batch.right_deletes += [s.cid("A")]
+    batch.right_upserts += [a_again]
+    s.expect(
+        2,
+        both=[joined(s.o(1, "B", 9), s.c("B")), joined(s.o(2, "A"), a_again), joined(s.o(3, "B"), s.c("B"))],
+    )
+
+
+@scenario
+def many_commits_to_one_key_between_refreshes(s: Scenario) -> None:
+    s.initial(left=[s.o(1, "A"), s.o(2, "B")], right=[s.c("A"), s.c("B")])
+    s.expect(0, both=[joined(s.o(1, "A"), s.c("A")), joined(s.o(2, "B"), s.c("B"))])
+    s.at(1, 0).left_upserts += [s.o(1, "B")]
+    s.at(1, 1).left_upserts += [s.o(1, None)]
+    s.at(1, 2).right_upserts += [s.c("C")]
+    s.at(1, 2).left_upserts += [s.o(1, "C", 1)]
+    s.at(1, 3).right_upserts += [s.c("C", name="cy2")]
+    s.at(1, 3).left_upserts += [s.o(1, "C", 2)]
+    s.at(1, 4).right_upserts += [s.c("C", name="cy3")]
+    s.expect(1, both=[joined(s.o(1, "C", 2), s.c("C", name="cy3")), joined(s.o(2, "B"), s.c("B"))])
+    # a key that goes away and comes back to the same value: nothing at all
+    s.at(2, 0).left_upserts += [s.o(2, "A")]
+    s.at(2, 1).left_upserts += [s.o(2, None)]
+    s.at(2, 2).left_deletes += [s.base + 2]
+    s.at(2, 3).left_upserts += [s.o(2, "B")]
+
+
+@scenario
+def right_row_appears_after_its_left_rows(s: Scenario) -> None:
+    s.initial(left=[s.o(1, "C"), s.o(2, "C"), s.o(3, "A")], right=[s.c("A")])
+    s.expect(
+        0,
+        inner=[joined(s.o(3, "A"), s.c("A"))],
+        left=[joined(s.o(1, "C"), None), joined(s.o(2, "C"), None), joined(s.o(3, "A"), s.c("A"))],
+    )
+    s.at(2).right_upserts += [s.c("C")]
+    s.expect(
+        2,
+        both=[joined(s.o(1, "C"), s.c("C")), joined(s.o(2, "C"), s.c("C")), joined(s.o(3, "A"), s.c("A"))],
+    )
+
+
+# identical rewrites of inputs (Delta's CDF records them as updates) must not rewrite the output
+@scenario
+def unchanged_result_is_not_rewritten(s: Scenario) -> None:
+    s.initial(left=[s.o(1, "A"), s.o(2, "A"), s.o(3, "missing")], right=[s.c("A"), s.c("B")])
+    s.expect(
+        0,
+        inner=[joined(s.o(1, "A"), s.c("A")), joined(s.o(2, "A"), s.c("A"))],
+        left=[joined(s.o(1, "A"), s.c("A")), joined(s.o(2, "A"), s.c("A")), joined(s.o(3, "missing"), None)],
+    )
+    s.at(1, 0).left_upserts += [s.o(1, "A"), s.o(3, "missing")]
+    s.at(1, 0).right_upserts += [s.c("A"), s.c("B")]
+    s.at(1, 1).right_upserts += [s.c("A", name="temporary")]
+    s.at(1, 2).right_upserts += [s.c("A")]  # changed and changed back
+
+
+@scenario
+def both_sides_change_in_one_refresh(s: Scenario) -> None:
+    b2 = s.c("B", name="b2")
+    s.initial(left=[s.o(1, "A"), s.o(2, "A"), s.o(3, "B"), s.o(4, None)], right=[s.c("A"), s.c("B")])
+    s.expect(
+        0,
+        inner=[joined(s.o(1, "A"), s.c("A")), joined(s.o(2, "A"), s.c("A")), joined(s.o(3, "B"), s.c("B"))],
+        left=[
+            joined(s.o(1, "A"), s.c("A")),
+            joined(s.o(2, "A"), s.c("A")),
+            joined(s.o(3, "B"), s.c("B")),
+            joined(s.o(4, None), None),
+        ],
+    )
+    batch = s.at(1)
+    batch.left_upserts += [s.o(1, "B"), s.o(4, "C")]  # order 1 moves to a right row that changes too
+    batch.left_deletes += [s.base + 2]  # a subscriber of the right row that goes away is deleted too
+    batch.right_upserts += [b2, s.c("C")]  # order 4's new right row appears
+    batch.right_deletes += [s.cid("A")]
+    s.expect(1, both=[joined(s.o(1, "B"), b2), joined(s.o(3, "B"), b2), joined(s.o(4, "C"), s.c("C"))])
+
+
+NULL_KEY_LEFT_ROWS = 2
+NULL_KEY_RIGHT_ROWS = 1
+
+
+# null keys are dropped (and counted); a null FK never matches, not even the right row with a null key
+@scenario
+def null_keys_are_dropped(s: Scenario) -> None:
+    s.initial(
+        left=[
+            s.o(1, "A"),
+            s.o(2, None),
+            {"order_id": None, "customer_id": s.cid("A"), "amount": 1},
+            {"order_id": None, "customer_id": None, "amount": 2},
+        ],
+        right=[s.c("A"), {"customer_id": None, "name": "nobody", "tier": "none"}],
+    )
+    s.expect(
+        0,
+        inner=[joined(s.o(1, "A"), s.c("A"))],
+        left=[joined(s.o(1, "A"), s.c("A")), joined(s.o(2, None), None)],
+    )
+    s.at(1).left_upserts += [{"order_id": None, "customer_id": s.cid("A"), "amount": 3}, s.o(3, "A")]
+    s.expect(
+        1,
+        inner=[joined(s.o(1, "A"), s.c("A")), joined(s.o(3, "A"), s.c("A"))],
+        left=[joined(s.o(1, "A"), s.c("A")), joined(s.o(2, None), None), joined(s.o(3, "A"), s.c("A"))],
+    )
+
+
+# a `columns` projection: a change to an unprojected column, or one that leaves the projection equal, is
+# not written to the projected output
+@scenario
+def projection_columns(s: Scenario) -> None:
+    def p(n: int, name: str | None, double: int) -> Row:
+        return {"order_id": s.base + n, "customer_name": name, "double_amount": double}
+
+    a, b = s.c("A"), s.c("B")
+    s.initial(left=[s.o(1, "A", 5), s.o(2, "missing", 6), s.o(3, "B", 7)], right=[a, b])
+    s.expect(
+        0,
+        inner=[p(1, a["name"], 10), p(3, b["name"], 14)],
+        left=[p(1, a["name"], 10), p(2, None, 12), p(3, b["name"], 14)],
+        family="projection",
+    )
+    s.at(1).right_upserts += [s.c("A", tier="changed")]  # not projected
+    s.at(1).left_upserts += [s.o(2, "missing", 6)]  # identical rewrite
+    # order 3 moves to a new customer D with B's name: its default row changes, its projected row does not
+    s.at(1).left_upserts += [s.o(3, "D", 7)]
+    s.at(1).right_upserts += [s.c("D", name=b["name"], tier="other")]
+    s.at(2).left_upserts += [s.o(1, "B", 5)]  # FK change: the name changes, the amount does not
+    s.expect(
+        2,
+        inner=[p(1, b["name"], 10), p(3, b["name"], 14)],
+        left=[p(1, b["name"], 10), p(2, None, 12), p(3, b["name"], 14)],
+        family="projection",
+    )
+
+
+def world_outputs() -> dict[str, OutputSpec]:
+    outputs = {}
+    for how in HOWS:
+        outputs[f"default_{how}"] = OutputSpec(how=how, foreign_key=["customer_id"])
+        outputs[f"projection_{how}"] = OutputSpec(
+            how=how, foreign_key=["customer_id"], columns=PROJECTION, columns_oracle=PROJECTION_ORACLE
+        )
+    return outputs
+
+
+@pytest.fixture(scope="module")
+def world(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> World:
+    """All scenarios, refreshed together: phase 0 (full), 1-2 (incremental), 3 (nothing new: noop)."""
+    w = World(
+        spark,
+        str(tmp_path_factory.mktemp("fk_world")),
+        left_schema=ORDERS,
+        right_schema=CUSTOMERS,
+        left_key=["order_id"],
+        right_key=["customer_id"],
+        outputs=world_outputs(),
+    )
+    w.create(
+        [r for s in SCENARIOS.values() for r in s.left0], [r for s in SCENARIOS.values() for r in s.right0]
+    )
+    w.refresh()
+    for phase in range(1, PHASES + 1):
+        rounds = max((len(s.rounds.get(phase, [])) for s in SCENARIOS.values()), default=0)
+        for round_no in range(rounds):
+            merged = Batch()
+            for s in SCENARIOS.values():
+                if round_no < len(s.rounds.get(phase, [])):
+                    merged.extend(s.rounds[phase][round_no])
+            w.apply(merged)
+        w.refresh()
+    return w
+
+
+def check_scenario(world: World, name: str, how: str, family: str = "default") -> None:
+    """The scenario's keys, after every phase: hand-written rows, the oracle, and a clean change feed."""
+    s = SCENARIOS[name]
+    output = f"{family}_{how}"
+    expectations = s.expected[(family, how)]
+    failures: list[str] = []
+    want: list[Row] | None = None
+    for record in world.history[output]:
+        if record.error:
+            pytest.fail(f"{output}: phase {record.phase}: run_spec raised {record.error}")
+        want = expectations.get(record.phase, want)
+        got = {k: v for k, v in record.rows.items() if s.owns(k)}
+        oracle = {k: v for k, v in record.oracle.items() if s.owns(k)}
+        if want is not None:
+            hand = {(r["order_id"],): r for r in want}
+            if got != hand:
+                failures.append(
+                    f"phase {record.phase}: rows {sorted(got.values(), key=repr)}, expected {want}"
+                )
+        if got != oracle:
+            failures.append(f"phase {record.phase}: rows {got} differ from the oracle {oracle}")
+        for key, problems in record.change_problems.items():
+            if s.owns(key):
+                failures.extend(f"phase {record.phase}: change feed, key {key}: {p}" for p in problems)
+    assert not failures, f"{name} [{output}]:\n" + "\n".join(failures)
+
+
+@pytest.fixture(params=HOWS)
 def how(request: pytest.FixtureRequest) -> str:
     return request.param
 
 
-class Join:
-    """Two input tables, a spec, and a ``refresh`` that runs the engine and checks everything it can."""
-
-    def __init__(
-        self,
-        spark: SparkSession,
-        warehouse: Path,
-        how: str,
-        left_rows: Sequence[Row],
-        right_rows: Sequence[Row],
-        *,
-        left_schema: str = ORDERS,
-        right_schema: str = CUSTOMERS,
-        left_key: Sequence[str] = ("order_id",),
-        right_key: Sequence[str] = ("customer_id",),
-        foreign_key: Any = ("customer_id",),
-        columns: Mapping[str, str] | None = None,
-        fk_oracle: FkSpec | None = None,
-        columns_oracle: Mapping[str, ColumnSpec] | None = None,
-    ) -> None:
-        self.spark = spark
-        self.left_path = str(warehouse / "left")
-        self.right_path = str(warehouse / "right")
-        self.out_path = str(warehouse / "out")
-        self.left_key = list(left_key)
-        self.right_key = list(right_key)
-        create_table(spark, self.left_path, left_rows, left_schema)
-        create_table(spark, self.right_path, right_rows, right_schema)
-        self.spec: dict[str, Any] = {
-            "kind": "foreign_key_join",
-            "left": {"path": self.left_path, "key": self.left_key},
-            "right": {"path": self.right_path, "key": self.right_key},
-            "foreign_key": list(foreign_key) if isinstance(foreign_key, list | tuple) else foreign_key,
-            "how": how,
-            "output": {"path": self.out_path},
-        }
-        if columns is not None:
-            self.spec["columns"] = dict(columns)
-        self.fk_oracle = fk_oracle
-        self.columns_oracle = columns_oracle
-        self.last: dict[str, Any] | None = None
-        self.changed: set[tuple[Any, ...]] = set()
-
-    # input changes (each one Delta commit)
-    def left_upsert(self, *rows: Row) -> None:
-        upsert(self.spark, self.left_path, rows, self.left_key)
-
-    def left_delete(self, *keys: Any) -> None:
-        delete_keys(self.spark, self.left_path, keys, self.left_key)
-
-    def right_upsert(self, *rows: Row) -> None:
-        upsert(self.spark, self.right_path, rows, self.right_key)
-
-    def right_delete(self, *keys: Any) -> None:
-        delete_keys(self.spark, self.right_path, keys, self.right_key)
-
-    def output_version(self) -> int:
-        return table_version(self.spark, self.out_path)
-
-    def refresh(
-        self,
-        expected: list[Row] | None = None,
-        *,
-        changed: set[Any] | None = None,
-        mode: str | None = None,
-    ) -> dict[str, Any]:
-        """Run the engine once and check the result, the output rows and the output's change feed.
-
-        ``changed``: the left keys (scalars for a one-column key) whose output row must have changed.
-        """
-        left_hw = table_version(self.spark, self.left_path)
-        right_hw = table_version(self.spark, self.right_path)
-        previous = self.last
-        result = run_spec(self.spec, spark=self.spark)
-
-        want_mode = mode or ("full" if previous is None else "incremental")
-        assert result["mode"] == want_mode, result
-        if want_mode == "full" and previous is None:
-            assert "first" in result["reason"].lower(), result["reason"]
-        assert result["kind"] == "foreign_key_join"
-        assert result["inputs"]["left"]["to_version"] == left_hw
-        assert result["inputs"]["right"]["to_version"] == right_hw
-        version = result["output"]["version"]
-        assert version == self.output_version(), "the result must name the output's latest version"
-
-        prev_version = previous["output"]["version"] if previous else None
-        if want_mode == "noop":
-            assert version == prev_version, "a noop refresh must not commit"
-        elif want_mode == "incremental":
-            assert prev_version is not None
-            assert version == prev_version + 1, "an incremental refresh is exactly one output commit"
-
-        rows = assert_output_matches_oracle(
-            self.spark, self.spec, result, fk=self.fk_oracle, columns=self.columns_oracle
-        )
-        if expected is not None:
-            assert_same_rows(rows, expected, self.left_key)
-        counts = assert_clean_changes(
-            self.spark, self.out_path, self.left_key, prev_version, version, after_rows=rows
-        )
-        for kind in ("inserted", "updated", "deleted"):
-            assert result["rows"][kind] == counts[kind], (kind, result["rows"], counts)
-
-        start = 0 if prev_version is None else prev_version + 1
-        feed = read_changes(self.spark, self.out_path, start, version) if version >= start else []
-        self.changed = {key_of(c, self.left_key) for c in feed}
-        if changed is not None:
-            want = {k if isinstance(k, tuple) else (k,) for k in changed}
-            assert self.changed == want, f"changed keys {self.changed}, expected {want}"
-        self.last = result
-        return result
+# One test per row of §2.4 (variants parametrized), for inner and left.
 
 
-# ------------------------------------------------------------------------------------- §2.4, row by row
+def test_left_insert_right_exists(world: World, how: str) -> None:
+    check_scenario(world, "left_insert_right_exists", how)
 
 
-def test_left_insert_right_exists(spark: SparkSession, warehouse: Path, how: str) -> None:
-    j = Join(spark, warehouse, how, [order(1, 10)], [ANN, BOB])
-    j.refresh([joined(order(1, 10), ANN)])
-    j.left_upsert(order(2, 20, 7))
-    j.refresh([joined(order(1, 10), ANN), joined(order(2, 20, 7), BOB)], changed={2})
+def test_left_insert_right_missing(world: World, how: str) -> None:
+    check_scenario(world, "left_insert_right_missing", how)
 
 
-def test_left_insert_right_missing(spark: SparkSession, warehouse: Path, how: str) -> None:
-    j = Join(spark, warehouse, how, [order(1, 10)], [ANN])
-    j.refresh([joined(order(1, 10), ANN)])
-    j.left_upsert(order(2, 99))
-    j.refresh(
-        pick(
-            how,
-            inner=[joined(order(1, 10), ANN)],
-            left=[joined(order(1, 10), ANN), joined(order(2, 99), None)],
-        ),
-        changed=pick(how, inner=set(), left={2}),
-    )
+def test_left_insert_fk_null(world: World, how: str) -> None:
+    check_scenario(world, "left_insert_fk_null", how)
 
 
-def test_left_insert_fk_null(spark: SparkSession, warehouse: Path, how: str) -> None:
-    j = Join(spark, warehouse, how, [order(1, 10)], [ANN])
-    j.refresh([joined(order(1, 10), ANN)])
-    j.left_upsert(order(2, None))
-    j.refresh(
-        pick(
-            how,
-            inner=[joined(order(1, 10), ANN)],
-            left=[joined(order(1, 10), ANN), joined(order(2, None), None)],
-        ),
-        changed=pick(how, inner=set(), left={2}),
-    )
+def test_left_update_same_fk_right_exists(world: World, how: str) -> None:
+    check_scenario(world, "left_update_same_fk_right_exists", how)
 
 
-def test_left_update_same_fk_right_exists(spark: SparkSession, warehouse: Path, how: str) -> None:
-    j = Join(spark, warehouse, how, [order(1, 10), order(2, 10)], [ANN])
-    j.refresh([joined(order(1, 10), ANN), joined(order(2, 10), ANN)])
-    j.left_upsert(order(1, 10, 555))
-    j.refresh([joined(order(1, 10, 555), ANN), joined(order(2, 10), ANN)], changed={1})
+def test_left_update_same_fk_right_missing(world: World, how: str) -> None:
+    check_scenario(world, "left_update_same_fk_right_missing", how)
 
 
-def test_left_update_same_fk_right_missing(spark: SparkSession, warehouse: Path, how: str) -> None:
-    j = Join(spark, warehouse, how, [order(1, 99)], [ANN])
-    j.refresh(pick(how, inner=[], left=[joined(order(1, 99), None)]))
-    j.left_upsert(order(1, 99, 555))
-    # trunk: the inner join emits nothing (4.0 emitted a useless tombstone; trap 2)
-    j.refresh(
-        pick(how, inner=[], left=[joined(order(1, 99, 555), None)]), changed=pick(how, inner=set(), left={1})
-    )
+def test_left_fk_change_to_existing(world: World, how: str) -> None:
+    check_scenario(world, "left_fk_change_to_existing", how)
 
 
-def test_left_fk_change_to_existing(spark: SparkSession, warehouse: Path, how: str) -> None:
-    j = Join(spark, warehouse, how, [order(1, 10)], [ANN, BOB])
-    j.refresh([joined(order(1, 10), ANN)])
-    j.left_upsert(order(1, 20))
-    # one record, J(l', rB): never J(l', null) first (trap 1)
-    j.refresh([joined(order(1, 20), BOB)], changed={1})
+@pytest.mark.parametrize("old", ["from_matched", "from_unmatched"])
+def test_left_fk_change_to_missing(world: World, how: str, old: str) -> None:
+    check_scenario(world, f"left_fk_change_to_missing_{old}", how)
 
 
-@pytest.mark.parametrize("old_fk_matched", [True, False], ids=["A-matched", "A-missing"])
-def test_left_fk_change_to_missing(
-    spark: SparkSession, warehouse: Path, how: str, old_fk_matched: bool
-) -> None:
-    old_fk = 10 if old_fk_matched else 98
-    j = Join(spark, warehouse, how, [order(1, old_fk), order(2, 10)], [ANN])
-    before_1 = joined(order(1, old_fk), ANN if old_fk_matched else None)
-    j.refresh(
-        pick(
-            how,
-            inner=[before_1, joined(order(2, 10), ANN)] if old_fk_matched else [joined(order(2, 10), ANN)],
-            left=[before_1, joined(order(2, 10), ANN)],
-        )
-    )
-    j.left_upsert(order(1, 99))
-    # inner: a retraction, written only if the key is in the output; left: J(l', null)
-    j.refresh(
-        pick(
-            how,
-            inner=[joined(order(2, 10), ANN)],
-            left=[joined(order(1, 99), None), joined(order(2, 10), ANN)],
-        ),
-        changed=pick(how, inner={1} if old_fk_matched else set(), left={1}),
-    )
+def test_left_fk_change_to_null(world: World, how: str) -> None:
+    check_scenario(world, "left_fk_change_to_null", how)
 
 
-def test_left_fk_change_to_null(spark: SparkSession, warehouse: Path, how: str) -> None:
-    j = Join(spark, warehouse, how, [order(1, 10), order(2, 10)], [ANN])
-    j.refresh([joined(order(1, 10), ANN), joined(order(2, 10), ANN)])
-    j.left_upsert(order(1, None))
-    # trunk: the inner join retracts (4.0 kept the stale result; trap 3)
-    j.refresh(
-        pick(
-            how,
-            inner=[joined(order(2, 10), ANN)],
-            left=[joined(order(1, None), None), joined(order(2, 10), ANN)],
-        ),
-        changed={1},
-    )
-    # and the old subscription is gone: a change to customer 10 no longer touches order 1
-    j.right_upsert({**ANN, "name": "ann2"})
-    ann2 = {**ANN, "name": "ann2"}
-    j.refresh(
-        pick(
-            how,
-            inner=[joined(order(2, 10), ann2)],
-            left=[joined(order(1, None), None), joined(order(2, 10), ann2)],
-        ),
-        changed={2},
-    )
+@pytest.mark.parametrize("new", ["existing", "missing"])
+def test_left_fk_change_from_null(world: World, how: str, new: str) -> None:
+    check_scenario(world, f"left_fk_change_from_null_to_{new}", how)
 
 
-@pytest.mark.parametrize("new_fk_exists", [True, False], ids=["B-exists", "B-missing"])
-def test_left_fk_change_from_null(
-    spark: SparkSession, warehouse: Path, how: str, new_fk_exists: bool
-) -> None:
-    j = Join(spark, warehouse, how, [order(1, None)], [ANN])
-    j.refresh(pick(how, inner=[], left=[joined(order(1, None), None)]))
-    new_fk = 10 if new_fk_exists else 99
-    j.left_upsert(order(1, new_fk))
-    # trunk: null -> B joins (4.0 ignored the update; trap 3)
-    after = joined(order(1, new_fk), ANN if new_fk_exists else None)
-    j.refresh(
-        pick(how, inner=[after] if new_fk_exists else [], left=[after]),
-        changed=pick(how, inner={1} if new_fk_exists else set(), left={1}),
-    )
+@pytest.mark.parametrize("row", ["joined", "unjoined"])
+def test_left_delete_of_existing_row(world: World, how: str, row: str) -> None:
+    check_scenario(world, f"left_delete_of_{row}_row", how)
 
 
-@pytest.mark.parametrize("matched", [True, False], ids=["joined", "never-joined"])
-def test_left_delete_existing_row(spark: SparkSession, warehouse: Path, how: str, matched: bool) -> None:
-    fk = 10 if matched else 99
-    j = Join(spark, warehouse, how, [order(1, fk), order(2, 10)], [ANN])
-    row_1 = joined(order(1, fk), ANN if matched else None)
-    j.refresh(
-        pick(
-            how,
-            inner=[row_1, joined(order(2, 10), ANN)] if matched else [joined(order(2, 10), ANN)],
-            left=[row_1, joined(order(2, 10), ANN)],
-        )
-    )
-    j.left_delete(1)
-    # Kafka's inner join emits a tombstone even for a row that never joined; the table port writes a delete
-    # only for a key the output holds (§2.6 port guidance), and exactly one (trap 1)
-    j.refresh([joined(order(2, 10), ANN)], changed=pick(how, inner={1} if matched else set(), left={1}))
-
-
-@pytest.mark.parametrize("history", ["never-existed", "already-deleted"])
-def test_left_delete_of_absent_key(spark: SparkSession, warehouse: Path, how: str, history: str) -> None:
-    j = Join(spark, warehouse, how, [order(1, 10), order(2, 10)], [ANN])
-    j.refresh([joined(order(1, 10), ANN), joined(order(2, 10), ANN)])
-    if history == "already-deleted":
-        j.left_delete(2)
-        j.refresh([joined(order(1, 10), ANN)], changed={2})
-        j.left_delete(2)
-    else:
-        j.left_delete(77)
-    expected = (
-        [joined(order(1, 10), ANN)]
-        if history == "already-deleted"
-        else [joined(order(1, 10), ANN), joined(order(2, 10), ANN)]
-    )
-    j.right_upsert(CY)  # a change elsewhere, so the refresh has new input versions
-    j.refresh(expected, changed=set())
+@pytest.mark.parametrize("key", ["never_existing", "already_deleted"])
+def test_left_delete_of_absent_key(world: World, how: str, key: str) -> None:
+    check_scenario(world, f"left_delete_of_{key}_key", how)
 
 
 @pytest.mark.parametrize("op", ["insert", "update"])
-def test_right_change_with_subscribers(spark: SparkSession, warehouse: Path, how: str, op: str) -> None:
-    right = [ANN, BOB] if op == "update" else [BOB]
-    j = Join(spark, warehouse, how, [order(3, 10), order(1, 10), order(2, 20)], right)
-    if op == "update":
-        j.refresh([joined(order(1, 10), ANN), joined(order(2, 20), BOB), joined(order(3, 10), ANN)])
-        new_ann = {**ANN, "name": "ann2", "tier": "platinum"}
-    else:
-        j.refresh(
-            pick(
-                how,
-                inner=[joined(order(2, 20), BOB)],
-                left=[joined(order(1, 10), None), joined(order(2, 20), BOB), joined(order(3, 10), None)],
-            )
-        )
-        new_ann = ANN
-    j.right_upsert(new_ann)
-    # fan-out to every current subscriber, and only to them
-    j.refresh(
-        [joined(order(1, 10), new_ann), joined(order(2, 20), BOB), joined(order(3, 10), new_ann)],
-        changed={1, 3},
-    )
+def test_right_change_with_subscribers(world: World, how: str, op: str) -> None:
+    check_scenario(world, f"right_{op}_with_subscribers", how)
 
 
-def test_right_delete_with_subscribers(spark: SparkSession, warehouse: Path, how: str) -> None:
-    j = Join(spark, warehouse, how, [order(1, 10), order(2, 10), order(3, 20)], [ANN, BOB])
-    j.refresh([joined(order(1, 10), ANN), joined(order(2, 10), ANN), joined(order(3, 20), BOB)])
-    j.right_delete(10)
-    j.refresh(
-        pick(
-            how,
-            inner=[joined(order(3, 20), BOB)],
-            left=[joined(order(1, 10), None), joined(order(2, 10), None), joined(order(3, 20), BOB)],
-        ),
-        changed={1, 2},
-    )
+def test_right_delete_with_subscribers(world: World, how: str) -> None:
+    check_scenario(world, "right_delete_with_subscribers", how)
 
 
 @pytest.mark.parametrize("op", ["insert", "update", "delete"])
-def test_right_change_without_subscribers(spark: SparkSession, warehouse: Path, how: str, op: str) -> None:
-    j = Join(spark, warehouse, how, [order(1, 10), order(2, 99)], [ANN, BOB])
-    expected = pick(
-        how, inner=[joined(order(1, 10), ANN)], left=[joined(order(1, 10), ANN), joined(order(2, 99), None)]
-    )
-    j.refresh(expected)
-    if op == "insert":
-        j.right_upsert(CY)
-    elif op == "update":
-        j.right_upsert({**BOB, "name": "bob2"})
-    else:
-        j.right_delete(20)
-    j.refresh(expected, changed=set())
+def test_right_change_without_subscribers(world: World, how: str, op: str) -> None:
+    check_scenario(world, f"right_{op}_without_subscribers", how)
 
 
-def test_right_tombstone_for_never_existing_key(spark: SparkSession, warehouse: Path, how: str) -> None:
-    j = Join(spark, warehouse, how, [order(1, 99), order(2, 10)], [ANN])
-    expected = pick(
-        how, inner=[joined(order(2, 10), ANN)], left=[joined(order(1, 99), None), joined(order(2, 10), ANN)]
-    )
-    j.refresh(expected)
-    j.right_delete(99)
-    j.left_upsert(order(3, 10))  # something new, so this is not a noop
-    # Kafka re-emits J(l, null) / a tombstone; the table's value for order 1 is unchanged: nothing written
-    j.refresh([*expected, joined(order(3, 10), ANN)], changed={3})
+def test_right_delete_of_never_existing_key(world: World, how: str) -> None:
+    check_scenario(world, "right_delete_of_never_existing_key", how)
 
 
-def test_old_right_row_changes_after_fk_moved_away(spark: SparkSession, warehouse: Path, how: str) -> None:
-    j = Join(spark, warehouse, how, [order(1, 10), order(2, 10)], [ANN, BOB])
-    j.refresh([joined(order(1, 10), ANN), joined(order(2, 10), ANN)])
-    j.left_upsert(order(1, 20))
-    j.refresh([joined(order(1, 20), BOB), joined(order(2, 10), ANN)], changed={1})
-    ann2 = {**ANN, "tier": "lead"}
-    j.right_upsert(ann2)
-    j.refresh([joined(order(1, 20), BOB), joined(order(2, 10), ann2)], changed={2})
-    j.right_delete(10)
-    j.refresh(
-        pick(
-            how,
-            inner=[joined(order(1, 20), BOB)],
-            left=[joined(order(1, 20), BOB), joined(order(2, 10), None)],
-        ),
-        changed={2},
-    )
+def test_old_right_row_changes_after_fk_moved_away(world: World, how: str) -> None:
+    check_scenario(world, "old_right_row_changes_after_fk_moved_away", how)
 
 
-# ----------------------------------------------------------------------------------- beyond the table
+def test_fk_prefix_does_not_match(world: World, how: str) -> None:
+    check_scenario(world, "fk_prefix_does_not_match", how)
 
 
-def test_fk_expression(spark: SparkSession, warehouse: Path, how: str) -> None:
-    """FK computed by Spark SQL over left columns; keys compare by exact value after the expression."""
-    left = [
-        {"order_id": 1, "cust_code": "C10", "amount": 1},
-        {"order_id": 2, "cust_code": "c20", "amount": 2},
-        {"order_id": 3, "cust_code": None, "amount": 3},
-    ]
-    right = [{"code": "c10", "name": "ann"}, {"code": "c20", "name": "bob"}, {"code": "C30", "name": "upper"}]
-    j = Join(
+def test_reinsert_after_delete(world: World, how: str) -> None:
+    check_scenario(world, "reinsert_after_delete", how)
+
+
+def test_many_commits_to_one_key_between_refreshes(world: World, how: str) -> None:
+    check_scenario(world, "many_commits_to_one_key_between_refreshes", how)
+
+
+def test_right_row_appears_after_its_left_rows(world: World, how: str) -> None:
+    check_scenario(world, "right_row_appears_after_its_left_rows", how)
+
+
+def test_unchanged_result_is_not_rewritten(world: World, how: str) -> None:
+    check_scenario(world, "unchanged_result_is_not_rewritten", how)
+    s = SCENARIOS["unchanged_result_is_not_rewritten"]
+    phase1 = world.history[f"default_{how}"][1]
+    assert not {k for k in phase1.changed if s.owns(k)}, "identical input rewrites reached the output"
+
+
+def test_both_sides_change_in_one_refresh(world: World, how: str) -> None:
+    check_scenario(world, "both_sides_change_in_one_refresh", how)
+
+
+def test_null_keys_are_dropped_and_counted(world: World, how: str) -> None:
+    check_scenario(world, "null_keys_are_dropped", how)
+    first = world.history[f"default_{how}"][0].result
+    assert first is not None
+    assert first["rows"]["null_keys_dropped"] == {"left": NULL_KEY_LEFT_ROWS, "right": NULL_KEY_RIGHT_ROWS}
+    second = world.history[f"default_{how}"][1].result
+    assert second is not None
+    assert second["rows"]["null_keys_dropped"]["left"] >= 1, second["rows"]
+
+
+def test_projection_columns(world: World, how: str) -> None:
+    check_scenario(world, "projection_columns", how, family="projection")
+    s = SCENARIOS["projection_columns"]
+    projected = world.history[f"projection_{how}"][1]
+    assert not {k for k in projected.changed if s.owns(k)}, "phase 1 rewrote an equal projected row"
+    default = world.history[f"default_{how}"][1]
+    assert {k for k in default.changed if s.owns(k)} == {(s.base + 1,), (s.base + 3,)}, default.changed
+
+
+@pytest.mark.parametrize("output", sorted(world_outputs()))
+def test_world_contract(world: World, output: str) -> None:
+    """Every refresh: mode, versions, one commit, counts, columns, every key vs the oracle, clean feed."""
+    world.assert_ok(output)
+    modes = [r.result["mode"] for r in world.history[output] if r.result]
+    assert modes == ["full", "incremental", "incremental", "noop"]
+
+
+def test_noop_refresh_commits_nothing(world: World) -> None:
+    for output in world_outputs():
+        history = world.history[output]
+        last, before = history[-1].result, history[-2].result
+        assert last is not None and before is not None
+        assert last["mode"] == "noop", last
+        assert last["output"]["version"] == before["output"]["version"]
+        assert table_version(world.spark, world.out_path(output)) == before["output"]["version"]
+        assert (last["rows"]["inserted"], last["rows"]["updated"], last["rows"]["deleted"]) == (0, 0, 0)
+        assert last["inputs"]["left"]["to_version"] == before["inputs"]["left"]["to_version"]
+
+
+# --------------------------------------------------------------------------------- FK as an expression
+
+
+@pytest.fixture(scope="module")
+def expr_world(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> World:
+    """FK = lower(cust_code): keys compare by exact value *after* the expression."""
+    fk_oracle = lambda row: None if row["cust_code"] is None else row["cust_code"].lower()  # noqa: E731
+    w = World(
         spark,
-        warehouse,
-        how,
-        left,
-        right,
+        str(tmp_path_factory.mktemp("fk_expr")),
         left_schema="order_id INT, cust_code STRING, amount INT",
         right_schema="code STRING, name STRING",
-        right_key=("code",),
-        foreign_key={"expr": "lower(cust_code)"},
-        fk_oracle=lambda row: None if row["cust_code"] is None else row["cust_code"].lower(),
-    )
-
-    def out(order_id: int, code: str | None, amount: int, name: str | None) -> Row:
-        return {"order_id": order_id, "cust_code": code, "amount": amount, "name": name}
-
-    j.refresh(
-        pick(
-            how,
-            inner=[out(1, "C10", 1, "ann"), out(2, "c20", 2, "bob")],
-            left=[out(1, "C10", 1, "ann"), out(2, "c20", 2, "bob"), out(3, None, 3, None)],
-        )
-    )
-    # same FK after the expression but a different left value: rewritten; C30 never matches lower("C30")
-    j.left_upsert(
-        {"order_id": 1, "cust_code": "c10", "amount": 1}, {"order_id": 3, "cust_code": "C30", "amount": 3}
-    )
-    j.right_upsert({"code": "c10", "name": "ann2"})
-    j.refresh(
-        pick(
-            how,
-            inner=[out(1, "c10", 1, "ann2"), out(2, "c20", 2, "bob")],
-            left=[out(1, "c10", 1, "ann2"), out(2, "c20", 2, "bob"), out(3, "C30", 3, None)],
-        ),
-        changed=pick(how, inner={1}, left={1, 3}),
-    )
-    j.right_upsert({"code": "c30", "name": "cy"})
-    j.refresh(
-        [out(1, "c10", 1, "ann2"), out(2, "c20", 2, "bob"), out(3, "C30", 3, "cy")],
-        changed={3},
-    )
-
-
-def test_composite_fk(spark: SparkSession, warehouse: Path, how: str) -> None:
-    """A two-column FK matched in order to a two-column right key named differently."""
-    left = [
-        {"order_id": 1, "cust_region": "eu", "cust_no": 1, "amount": 10},
-        {"order_id": 2, "cust_region": "us", "cust_no": 1, "amount": 20},
-        {"order_id": 3, "cust_region": "eu", "cust_no": 2, "amount": 30},
-    ]
-    right = [
-        {"region": "eu", "no": 1, "name": "eu-one"},
-        {"region": "us", "no": 1, "name": "us-one"},
-        {"region": "us", "no": 2, "name": "us-two"},
-    ]
-    j = Join(
-        spark,
-        warehouse,
-        how,
-        left,
-        right,
-        left_schema="order_id INT, cust_region STRING, cust_no INT, amount INT",
-        right_schema="region STRING, no INT, name STRING",
-        right_key=("region", "no"),
-        foreign_key=["cust_region", "cust_no"],
-    )
-
-    def out(order_id: int, region: str, no: int, amount: int, name: str | None) -> Row:
-        return {"order_id": order_id, "cust_region": region, "cust_no": no, "amount": amount, "name": name}
-
-    j.refresh(
-        pick(
-            how,
-            inner=[out(1, "eu", 1, 10, "eu-one"), out(2, "us", 1, 20, "us-one")],
-            left=[out(1, "eu", 1, 10, "eu-one"), out(2, "us", 1, 20, "us-one"), out(3, "eu", 2, 30, None)],
-        )
-    )
-    j.right_upsert({"region": "us", "no": 1, "name": "us-ONE"}, {"region": "eu", "no": 2, "name": "eu-two"})
-    j.refresh(
-        [out(1, "eu", 1, 10, "eu-one"), out(2, "us", 1, 20, "us-ONE"), out(3, "eu", 2, 30, "eu-two")],
-        changed=pick(how, inner={2, 3}, left={2, 3}),
-    )
-    j.left_upsert({"order_id": 1, "cust_region": "us", "cust_no": 2, "amount": 10})
-    j.right_delete(("eu", 2))
-    j.refresh(
-        pick(
-            how,
-            inner=[out(1, "us", 2, 10, "us-two"), out(2, "us", 1, 20, "us-ONE")],
-            left=[out(1, "us", 2, 10, "us-two"), out(2, "us", 1, 20, "us-ONE"), out(3, "eu", 2, 30, None)],
-        ),
-        changed={1, 3},
-    )
-
-
-def test_projection_columns(spark: SparkSession, warehouse: Path, how: str) -> None:
-    """``columns`` projects Spark SQL over l and r; a change to an unprojected column rewrites nothing."""
-    columns = {"customer_name": "r.name", "double_amount": "l.amount * 2"}
-    j = Join(
-        spark,
-        warehouse,
-        how,
-        [order(1, 10, 5), order(2, 99, 6)],
-        [ANN, BOB],
-        columns=columns,
-        columns_oracle={
-            "customer_name": "r.name",
-            "double_amount": lambda left, _right: None if left["amount"] is None else left["amount"] * 2,
+        left_key=["order_id"],
+        right_key=["code"],
+        outputs={
+            how: OutputSpec(how=how, foreign_key={"expr": "lower(cust_code)"}, fk_oracle=fk_oracle)
+            for how in HOWS
         },
     )
-
-    def out(order_id: int, name: str | None, double: int) -> Row:
-        return {"order_id": order_id, "customer_name": name, "double_amount": double}
-
-    j.refresh(pick(how, inner=[out(1, "ann", 10)], left=[out(1, "ann", 10), out(2, None, 12)]))
-    j.right_upsert({**ANN, "tier": "changed"})  # not projected
-    j.left_upsert(order(2, 99, 6))  # identical rewrite of a left row
-    j.refresh(pick(how, inner=[out(1, "ann", 10)], left=[out(1, "ann", 10), out(2, None, 12)]), changed=set())
-    j.left_upsert(order(1, 20, 5))  # FK change: name changes, amount does not
-    j.refresh(pick(how, inner=[out(1, "bob", 10)], left=[out(1, "bob", 10), out(2, None, 12)]), changed={1})
-    j.left_upsert(order(1, 10, 5))
-    j.right_upsert({**BOB, "customer_id": 10, "tier": "x"})  # same name "bob" under key 10
-    j.refresh(pick(how, inner=[out(1, "bob", 10)], left=[out(1, "bob", 10), out(2, None, 12)]), changed=set())
-
-
-def test_reinsert_after_delete(spark: SparkSession, warehouse: Path, how: str) -> None:
-    j = Join(spark, warehouse, how, [order(1, 10), order(2, 10)], [ANN, BOB])
-    j.refresh([joined(order(1, 10), ANN), joined(order(2, 10), ANN)])
-    j.left_delete(1)
-    j.refresh([joined(order(2, 10), ANN)], changed={1})
-    j.left_upsert(order(1, 20, 9))
-    j.refresh([joined(order(1, 20, 9), BOB), joined(order(2, 10), ANN)], changed={1})
-    # delete and re-insert the same row between two refreshes: no net change, nothing written
-    j.left_delete(2)
-    j.left_upsert(order(2, 10))
-    j.refresh([joined(order(1, 20, 9), BOB), joined(order(2, 10), ANN)], changed=set())
-    # right side too: delete then re-insert a customer with a new name
-    j.right_delete(10)
-    j.right_upsert({**ANN, "name": "ann-again"})
-    j.refresh([joined(order(1, 20, 9), BOB), joined(order(2, 10), {**ANN, "name": "ann-again"})], changed={2})
-
-
-def test_many_commits_to_one_key_between_refreshes(spark: SparkSession, warehouse: Path, how: str) -> None:
-    j = Join(spark, warehouse, how, [order(1, 10), order(2, 20)], [ANN, BOB])
-    j.refresh([joined(order(1, 10), ANN), joined(order(2, 20), BOB)])
-    j.left_upsert(order(1, 20))
-    j.left_upsert(order(1, None))
-    j.right_upsert(CY)
-    j.left_upsert(order(1, 30, 1))
-    j.right_upsert({**CY, "name": "cy2"})
-    j.left_upsert(order(1, 30, 2))
-    j.right_upsert({**CY, "name": "cy3"})
-    # one net change per key, against the latest snapshot of both sides
-    j.refresh([joined(order(1, 30, 2), {**CY, "name": "cy3"}), joined(order(2, 20), BOB)], changed={1})
-    # and a key that goes away and comes back to the same value: nothing at all
-    j.left_upsert(order(2, 10))
-    j.left_upsert(order(2, None))
-    j.left_delete(2)
-    j.left_upsert(order(2, 20))
-    j.refresh([joined(order(1, 30, 2), {**CY, "name": "cy3"}), joined(order(2, 20), BOB)], changed=set())
-
-
-def test_right_row_appears_after_its_left_rows(spark: SparkSession, warehouse: Path, how: str) -> None:
-    j = Join(spark, warehouse, how, [order(1, 30), order(2, 30), order(3, 10)], [ANN])
-    j.refresh(
-        pick(
-            how,
-            inner=[joined(order(3, 10), ANN)],
-            left=[joined(order(1, 30), None), joined(order(2, 30), None), joined(order(3, 10), ANN)],
-        )
+    w.create(
+        [
+            {"order_id": 1, "cust_code": "C10", "amount": 1},
+            {"order_id": 2, "cust_code": "c20", "amount": 2},
+            {"order_id": 3, "cust_code": None, "amount": 3},
+            {"order_id": 4, "cust_code": "C40", "amount": 4},
+        ],
+        [
+            {"code": "c10", "name": "ann"},
+            {"code": "c20", "name": "bob"},
+            {"code": "C30", "name": "upper"},
+            {"code": "c40", "name": "dee"},
+        ],
     )
-    j.right_upsert(CY)
-    j.refresh([joined(order(1, 30), CY), joined(order(2, 30), CY), joined(order(3, 10), ANN)], changed={1, 2})
-
-
-def test_fk_prefix_does_not_match(spark: SparkSession, warehouse: Path, how: str) -> None:
-    """Right key "fk" must not match left FK "fk1" (trap 6), nor "FK" / "fk " (exact value)."""
-    left = [
-        {"order_id": 1, "ref": "fk1", "amount": 1},
-        {"order_id": 2, "ref": "fk", "amount": 2},
-        {"order_id": 3, "ref": "FK", "amount": 3},
-        {"order_id": 4, "ref": "fk ", "amount": 4},
-    ]
-    j = Join(
-        spark,
-        warehouse,
-        how,
-        left,
-        [{"ref": "fk", "name": "plain"}],
-        left_schema="order_id INT, ref STRING, amount INT",
-        right_schema="ref STRING, name STRING",
-        right_key=("ref",),
-        foreign_key=["ref"],
-    )
-
-    def out(order_id: int, ref: str, name: str | None) -> Row:
-        return {"order_id": order_id, "ref": ref, "amount": order_id, "name": name}
-
-    misses = [out(1, "fk1", None), out(3, "FK", None), out(4, "fk ", None)]
-    j.refresh(pick(how, inner=[out(2, "fk", "plain")], left=[out(2, "fk", "plain"), *misses]))
-    j.right_upsert({"ref": "fk", "name": "plain2"}, {"ref": "f", "name": "shorter"})
-    j.refresh(pick(how, inner=[out(2, "fk", "plain2")], left=[out(2, "fk", "plain2"), *misses]), changed={2})
-    j.right_delete("fk")
-    j.right_upsert({"ref": "fk1", "name": "one"})
-    j.refresh(
-        pick(
-            how,
-            inner=[out(1, "fk1", "one")],
-            left=[out(1, "fk1", "one"), out(2, "fk", None), out(3, "FK", None), out(4, "fk ", None)],
-        ),
-        changed={1, 2},
-    )
-
-
-def test_noop_refresh_commits_nothing(spark: SparkSession, warehouse: Path) -> None:
-    j = Join(spark, warehouse, "inner", [order(1, 10)], [ANN])
-    first = j.refresh([joined(order(1, 10), ANN)])
-    version = j.output_version()
-    result = j.refresh([joined(order(1, 10), ANN)], mode="noop", changed=set())
-    assert j.output_version() == version == result["output"]["version"]
-    assert result["inputs"]["left"]["to_version"] == first["inputs"]["left"]["to_version"]
-    assert (result["rows"]["inserted"], result["rows"]["updated"], result["rows"]["deleted"]) == (0, 0, 0)
-    j.refresh([joined(order(1, 10), ANN)], mode="noop")
-    assert j.output_version() == version
-
-
-def test_unchanged_result_is_not_rewritten(spark: SparkSession, warehouse: Path, how: str) -> None:
-    """Identical rewrites of inputs (Delta records them as updates) must not rewrite the output."""
-    j = Join(spark, warehouse, how, [order(1, 10), order(2, 10), order(3, 99)], [ANN, BOB])
-    expected = pick(
-        how,
-        inner=[joined(order(1, 10), ANN), joined(order(2, 10), ANN)],
-        left=[joined(order(1, 10), ANN), joined(order(2, 10), ANN), joined(order(3, 99), None)],
-    )
-    j.refresh(expected)
-    j.left_upsert(order(1, 10), order(3, 99))
-    j.right_upsert(ANN)
-    j.right_upsert({**ANN, "name": "tmp"})
-    j.right_upsert(ANN)  # changed and changed back
-    result = j.refresh(expected, changed=set())
-    assert (result["rows"]["inserted"], result["rows"]["updated"], result["rows"]["deleted"]) == (0, 0, 0)
-    out_version = result["output"]["version"]
-    assert read_changes(spark, j.out_path, out_version, out_version) == []
-
-
-def test_both_sides_change_in_one_refresh(spark: SparkSession, warehouse: Path, how: str) -> None:
-    j = Join(spark, warehouse, how, [order(1, 10), order(2, 10), order(3, 20), order(4, None)], [ANN, BOB])
-    j.refresh(
-        pick(
-            how,
-            inner=[joined(order(1, 10), ANN), joined(order(2, 10), ANN), joined(order(3, 20), BOB)],
-            left=[
-                joined(order(1, 10), ANN),
-                joined(order(2, 10), ANN),
-                joined(order(3, 20), BOB),
-                joined(order(4, None), None),
+    w.refresh()
+    w.apply(
+        Batch(
+            left_upserts=[
+                {"order_id": 1, "cust_code": "c10", "amount": 1},  # same FK after the expression, new value
+                {"order_id": 2, "cust_code": "C20", "amount": 2},  # same again, the other way round
+                {"order_id": 3, "cust_code": "C30", "amount": 3},  # lower("C30") never matches "C30"
             ],
+            right_upserts=[{"code": "c10", "name": "ann2"}, {"code": "c40", "name": "dee2"}],  # fan-out
         )
     )
-    bob2 = {**BOB, "name": "bob2"}
-    j.left_upsert(order(1, 20))  # moves to a right row that changes in the same refresh
-    j.right_upsert(bob2)
-    j.right_delete(10)  # its old right row goes away
-    j.left_delete(2)  # a subscriber of the deleted right row is deleted too
-    j.left_upsert(order(4, 30))
-    j.right_upsert(CY)  # the new target of order 4 appears
-    j.refresh(
-        [joined(order(1, 20), bob2), joined(order(3, 20), bob2), joined(order(4, 30), CY)],
-        changed={1, 2, 3, 4},
+    w.refresh()
+    return w
+
+
+def test_fk_expression(expr_world: World, how: str) -> None:
+    def out(order_id: int, code: str | None, name: str | None) -> Row:
+        return {"order_id": order_id, "cust_code": code, "amount": order_id, "name": name}
+
+    expected = [
+        {
+            "inner": [out(1, "C10", "ann"), out(2, "c20", "bob"), out(4, "C40", "dee")],
+            "left": [out(1, "C10", "ann"), out(2, "c20", "bob"), out(3, None, None), out(4, "C40", "dee")],
+        },
+        {
+            "inner": [out(1, "c10", "ann2"), out(2, "C20", "bob"), out(4, "C40", "dee2")],
+            "left": [out(1, "c10", "ann2"), out(2, "C20", "bob"), out(3, "C30", None), out(4, "C40", "dee2")],
+        },
+    ]
+    expr_world.assert_ok(how)
+    for record, want in zip(expr_world.history[how], expected, strict=True):
+        assert_same_rows(record.rows.values(), want[how], ["order_id"])
+
+
+# ------------------------------------------------------------------------------------------ composite FK
+
+
+@pytest.fixture(scope="module")
+def composite_world(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> World:
+    """A two-column FK matched in order to a two-column right key with other names."""
+    w = World(
+        spark,
+        str(tmp_path_factory.mktemp("fk_composite")),
+        left_schema="order_id INT, cust_region STRING, cust_no INT, amount INT",
+        right_schema="region STRING, no INT, name STRING",
+        left_key=["order_id"],
+        right_key=["region", "no"],
+        outputs={how: OutputSpec(how=how, foreign_key=["cust_region", "cust_no"]) for how in HOWS},
     )
+    w.create(
+        [
+            {"order_id": 1, "cust_region": "eu", "cust_no": 1, "amount": 10},
+            {"order_id": 2, "cust_region": "us", "cust_no": 1, "amount": 20},
+            {"order_id": 3, "cust_region": "eu", "cust_no": 2, "amount": 30},
+            {"order_id": 4, "cust_region": "1", "cust_no": None, "amount": 40},
+            {"order_id": 5, "cust_region": "eu", "cust_no": 3, "amount": 50},
+        ],
+        [
+            {"region": "eu", "no": 1, "name": "eu-one"},
+            {"region": "us", "no": 1, "name": "us-one"},
+            {"region": "us", "no": 2, "name": "us-two"},
+            {"region": "eu", "no": 3, "name": "eu-three"},
+        ],
+    )
+    w.refresh()
+    w.apply(
+        Batch(
+            left_upserts=[{"order_id": 1, "cust_region": "us", "cust_no": 2, "amount": 10}],  # FK change
+            right_upserts=[
+                {"region": "us", "no": 1, "name": "us-ONE"},  # fan-out to (us, 1) only, not (eu, 1)
+                {"region": "eu", "no": 2, "name": "eu-two"},  # appears after its left row
+            ],
+            right_deletes=[("eu", 3)],
+        )
+    )
+    w.refresh()
+    return w
 
 
-def test_spec_change_rebuilds_cleanly(spark: SparkSession, warehouse: Path) -> None:
+def test_composite_fk(composite_world: World, how: str) -> None:
+    def out(order_id: int, region: str, no: int | None, name: str | None) -> Row:
+        return {
+            "order_id": order_id,
+            "cust_region": region,
+            "cust_no": no,
+            "amount": order_id * 10,
+            "name": name,
+        }
+
+    null_fk = out(4, "1", None, None)  # a partly null composite FK never matches
+    expected = [
+        {
+            "inner": [out(1, "eu", 1, "eu-one"), out(2, "us", 1, "us-one"), out(5, "eu", 3, "eu-three")],
+            "left": [
+                out(1, "eu", 1, "eu-one"),
+                out(2, "us", 1, "us-one"),
+                out(3, "eu", 2, None),
+                null_fk,
+                out(5, "eu", 3, "eu-three"),
+            ],
+        },
+        {
+            "inner": [out(1, "us", 2, "us-two"), out(2, "us", 1, "us-ONE"), out(3, "eu", 2, "eu-two")],
+            "left": [
+                out(1, "us", 2, "us-two"),
+                out(2, "us", 1, "us-ONE"),
+                out(3, "eu", 2, "eu-two"),
+                null_fk,
+                out(5, "eu", 3, None),
+            ],
+        },
+    ]
+    composite_world.assert_ok(how)
+    for record, want in zip(composite_world.history[how], expected, strict=True):
+        assert_same_rows(record.rows.values(), want[how], ["order_id"])
+
+
+# ------------------------------------------------------------------------------------ spec change
+
+
+def test_spec_change_rebuilds_with_net_changes_only(spark: SparkSession, warehouse: Path) -> None:
     """Changing ``how`` on an existing output is a full rebuild that still writes only the net changes."""
-    j = Join(spark, warehouse, "inner", [order(1, 10), order(2, 99)], [ANN])
-    j.refresh([joined(order(1, 10), ANN)])
-    j.spec["how"] = "left"
-    result = j.refresh([joined(order(1, 10), ANN), joined(order(2, 99), None)], mode="full", changed={2})
+    w = World(
+        spark,
+        str(warehouse),
+        left_schema=ORDERS,
+        right_schema=CUSTOMERS,
+        left_key=["order_id"],
+        right_key=["customer_id"],
+        outputs={"out": OutputSpec(how="inner", foreign_key=["customer_id"])},
+    )
+    w.create(
+        [{"order_id": 1, "customer_id": "a", "amount": 1}, {"order_id": 2, "customer_id": "z", "amount": 2}],
+        [{"customer_id": "a", "name": "ann", "tier": "gold"}],
+    )
+    w.refresh()
+    before = w.history["out"][0].result
+    assert before is not None
+    w.specs["out"]["how"] = "left"
+    result = run_spec(w.specs["out"], spark=spark)
+    assert result["mode"] == "full", result
     assert "spec" in result["reason"].lower(), result["reason"]
+    version = result["output"]["version"]
+    assert version == before["output"]["version"] + 1
+    changes = read_changes(spark, w.out_path("out"), version, version)
+    assert [(c["order_id"], c["_change_type"]) for c in changes] == [(2, "insert")]
+    assert_same_rows(
+        read_rows(spark, w.out_path("out")),
+        [
+            {"order_id": 1, "customer_id": "a", "amount": 1, "name": "ann", "tier": "gold"},
+            {"order_id": 2, "customer_id": "z", "amount": 2, "name": None, "tier": None},
+        ],
+        ["order_id"],
+    )
 
 
 # ------------------------------------------------------------------------------------------ spec errors
 
 
-def _spec(warehouse: Path, **overrides: Any) -> dict[str, Any]:
+@pytest.fixture(scope="module")
+def small_inputs(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("fk_spec_errors")
+    create_table(
+        spark, str(root / "left"), [{"order_id": 1, "customer_id": "a", "amount": 1}], ORDERS + ", code INT"
+    )
+    create_table(spark, str(root / "right"), [{"customer_id": "a", "name": "ann"}], CUSTOMERS)
+    create_table(
+        spark,
+        str(root / "right_clash"),
+        [{"customer_id": "a", "amount": 5}],
+        "customer_id STRING, amount INT",
+    )
+    return root
+
+
+def _spec(root: Path, **overrides: Any) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "kind": "foreign_key_join",
-        "left": {"path": str(warehouse / "left"), "key": ["order_id"]},
-        "right": {"path": str(warehouse / "right"), "key": ["customer_id"]},
+        "left": {"path": str(root / "left"), "key": ["order_id"]},
+        "right": {"path": str(root / "right"), "key": ["customer_id"]},
         "foreign_key": ["customer_id"],
         "how": "inner",
-        "output": {"path": str(warehouse / "out")},
+        "output": {"path": str(root / "out")},
     }
-    spec.update(overrides)
+    for field, value in overrides.items():
+        if field in ("left", "right"):
+            spec[field] = {**spec[field], **value}
+            if not spec[field]["path"].startswith("/"):
+                spec[field]["path"] = str(root / spec[field]["path"])
+        else:
+            spec[field] = value
     return spec
-
-
-@pytest.fixture
-def small_inputs(spark: SparkSession, warehouse: Path) -> Path:
-    create_table(spark, str(warehouse / "left"), [order(1, 10)], ORDERS + ", code STRING")
-    create_table(spark, str(warehouse / "right"), [ANN], CUSTOMERS)
-    return warehouse
 
 
 @pytest.mark.parametrize(
@@ -754,126 +1017,138 @@ def small_inputs(spark: SparkSession, warehouse: Path) -> Path:
         pytest.param({"right": {"key": ["nope_cid"]}}, ["right.key", "nope_cid"], id="missing-right-key"),
         pytest.param({"foreign_key": ["nope_fk"]}, ["foreign_key", "nope_fk"], id="missing-fk-column"),
         pytest.param({"foreign_key": ["code"]}, ["foreign_key", "code"], id="fk-type-mismatch"),
-        pytest.param(
-            {"foreign_key": {"expr": "concat(code, 'x')"}}, ["foreign_key"], id="fk-expr-type-mismatch"
-        ),
+        pytest.param({"foreign_key": {"expr": "code + 1"}}, ["foreign_key"], id="fk-expr-type-mismatch"),
         pytest.param({"foreign_key": ["customer_id", "amount"]}, ["foreign_key"], id="fk-arity"),
         pytest.param({"how": "outer"}, ["how"], id="bad-how"),
         pytest.param({"columns": {"x": "r.no_such_col"}}, ["columns", "no_such_col"], id="bad-projection"),
+        pytest.param(
+            {"right": {"path": "right_clash"}}, ["amount", "columns"], id="default-projection-clash"
+        ),
     ],
 )
 def test_spec_errors_name_the_field(
     spark: SparkSession, small_inputs: Path, overrides: dict[str, Any], must_name: list[str]
 ) -> None:
-    spec = _spec(small_inputs)
-    for field, value in overrides.items():
-        if isinstance(value, dict) and isinstance(spec.get(field), dict) and field in ("left", "right"):
-            spec[field] = {**spec[field], **value}
-        else:
-            spec[field] = value
     with pytest.raises(SpecError) as caught:
-        run_spec(spec, spark=spark)
+        run_spec(_spec(small_inputs, **overrides), spark=spark)
     message = str(caught.value)
     for text in must_name:
         assert text in message, f"{text!r} not in {message!r}"
     assert not (small_inputs / "out").exists(), "a SpecError must come before anything is written"
 
 
-def test_default_projection_clash_suggests_columns(spark: SparkSession, warehouse: Path) -> None:
-    create_table(spark, str(warehouse / "left"), [order(1, 10)], ORDERS + ", tier STRING")
-    create_table(spark, str(warehouse / "right"), [ANN], CUSTOMERS)
-    with pytest.raises(SpecError) as caught:
-        run_spec(_spec(warehouse), spark=spark)
-    message = str(caught.value)
-    assert "tier" in message and "columns" in message, message
-    assert not (warehouse / "out").exists()
-    # the suggested fix works
-    result = run_spec(_spec(warehouse, columns={"left_tier": "l.tier", "right_tier": "r.tier"}), spark=spark)
-    assert read_rows(spark, str(warehouse / "out"), result["output"]["version"]) == [
-        {"order_id": 1, "left_tier": None, "right_tier": "gold"}
+def test_default_projection_clash_fixed_by_columns(spark: SparkSession, small_inputs: Path) -> None:
+    spec = _spec(
+        small_inputs,
+        right={"path": "right_clash"},
+        columns={"left_amount": "l.amount", "right_amount": "r.amount"},
+        output={"path": str(small_inputs / "out_clash_fixed")},
+    )
+    result = run_spec(spec, spark=spark)
+    assert read_rows(spark, spec["output"]["path"], result["output"]["version"]) == [
+        {"order_id": 1, "left_amount": 1, "right_amount": 5}
     ]
 
 
 # ------------------------------------------------------------------------------------- input data checks
 
 
+def _dup_join(spark: SparkSession, root: Path) -> dict[str, Any]:
+    create_table(
+        spark,
+        str(root / "left"),
+        [{"order_id": 1, "customer_id": "a", "amount": 1}, {"order_id": 2, "customer_id": "b", "amount": 2}],
+        ORDERS,
+    )
+    create_table(
+        spark,
+        str(root / "right"),
+        [{"customer_id": "a", "name": "ann"}, {"customer_id": "b", "name": "bob"}],
+        CUSTOMERS,
+    )
+    return _spec(root, how="left")
+
+
 @pytest.mark.parametrize("side", ["left", "right"])
 def test_duplicate_keys_on_first_run(spark: SparkSession, warehouse: Path, side: str) -> None:
-    j = Join(spark, warehouse, "left", [order(1, 4242), order(2, 10)], [ANN, {**BOB, "customer_id": 4242}])
+    spec = _dup_join(spark, warehouse)
     if side == "left":
-        append_rows(spark, j.left_path, [order(4242, 10, 1)])
-        append_rows(spark, j.left_path, [order(4242, 10, 2)])
+        dup = {"order_id": 4242, "customer_id": "a", "amount": 1}
+        append_rows(spark, spec["left"]["path"], [dup, {**dup, "amount": 2}])
     else:
-        append_rows(spark, j.right_path, [{**CY, "customer_id": 4242}])
+        append_rows(spark, spec["right"]["path"], [{"customer_id": "a4242", "name": "x"}] * 2)
     with pytest.raises(InputDataError) as caught:
-        run_spec(j.spec, spark=spark)
+        run_spec(spec, spark=spark)
     assert "4242" in str(caught.value), str(caught.value)
-    assert not (Path(j.out_path) / "_delta_log").exists(), "nothing may be written on a data error"
+    assert not (warehouse / "out" / "_delta_log").exists(), "nothing may be written on a data error"
 
 
-@pytest.mark.parametrize("case", ["left", "right-subscribed", "right-unsubscribed"])
-def test_duplicate_keys_on_incremental_run(spark: SparkSession, warehouse: Path, case: str) -> None:
-    j = Join(spark, warehouse, "left", [order(1, 10), order(2, 20)], [ANN, BOB])
-    j.refresh([joined(order(1, 10), ANN), joined(order(2, 20), BOB)])
-    version = j.output_version()
-    before = read_rows(spark, j.out_path)
-    if case == "left":
-        append_rows(spark, j.left_path, [order(4242, 10, 1), order(4242, 20, 2)])
-    elif case == "right-subscribed":
-        upsert(spark, j.left_path, [order(3, 4242)], ["order_id"])
-        append_rows(spark, j.right_path, [{**CY, "customer_id": 4242}, {**BOB, "customer_id": 4242}])
-    else:
-        # a duplicate right key nothing references yet: the table is still not a table
-        append_rows(spark, j.right_path, [{**CY, "customer_id": 4242}, {**BOB, "customer_id": 4242}])
-    with pytest.raises(InputDataError) as caught:
-        run_spec(j.spec, spark=spark)
-    assert "4242" in str(caught.value), str(caught.value)
-    assert j.output_version() == version, "nothing may be written on a data error"
-    assert_same_rows(read_rows(spark, j.out_path), before, ["order_id"])
-
-
-def test_null_keys_are_dropped_and_counted(spark: SparkSession, warehouse: Path, how: str) -> None:
-    j = Join(spark, warehouse, how, [order(1, 10), order(2, None)], [ANN])
-    append_rows(spark, j.left_path, [order(None, 10, 1), order(None, None, 2)])
-    append_rows(spark, j.right_path, [{"customer_id": None, "name": "nobody", "tier": "x"}])
-    # the null FK of order 2 must not match the right row whose key is null
-    result = j.refresh(
-        pick(
-            how,
-            inner=[joined(order(1, 10), ANN)],
-            left=[joined(order(1, 10), ANN), joined(order(2, None), None)],
-        )
-    )
-    assert result["rows"]["null_keys_dropped"] == {"left": 2, "right": 1}
-    # later changes to null-key rows never reach the output
-    append_rows(spark, j.left_path, [order(None, 10, 3)])
-    j.left_upsert(order(3, 10))
-    result = j.refresh(
-        pick(
-            how,
-            inner=[joined(order(1, 10), ANN), joined(order(3, 10), ANN)],
-            left=[joined(order(1, 10), ANN), joined(order(2, None), None), joined(order(3, 10), ANN)],
+def test_duplicate_keys_on_incremental_run(spark: SparkSession, warehouse: Path) -> None:
+    """Three cases on one output, each undone before the next: every one must fail and write nothing."""
+    spec = _dup_join(spark, warehouse)
+    left, right, out = spec["left"]["path"], spec["right"]["path"], spec["output"]["path"]
+    first = run_spec(spec, spark=spark)
+    before = read_rows(spark, out)
+    dup_right = [{"customer_id": "a4242", "name": "x"}, {"customer_id": "a4242", "name": "y"}]
+    cases: dict[str, Callable[[], Any]] = {
+        "left": lambda: append_rows(
+            spark,
+            left,
+            [{"order_id": 4242, "customer_id": "a", "amount": 1}, {"order_id": 4242, "amount": 2}],
         ),
-        changed={3},
-    )
-    assert result["rows"]["null_keys_dropped"]["left"] >= 1
+        "right, referenced": lambda: (
+            upsert(spark, left, [{"order_id": 3, "customer_id": "a4242", "amount": 3}], ["order_id"]),
+            append_rows(spark, right, dup_right),
+        ),
+        # a duplicate right key nothing references (yet): the input is still not a table
+        "right, not referenced": lambda: append_rows(spark, right, dup_right),
+    }
+    undo = {
+        "left": lambda: delete_keys(spark, left, [4242], ["order_id"]),
+        "right, referenced": lambda: (
+            delete_keys(spark, left, [3], ["order_id"]),
+            delete_keys(spark, right, ["a4242"], ["customer_id"]),
+        ),
+        "right, not referenced": lambda: delete_keys(spark, right, ["a4242"], ["customer_id"]),
+    }
+    failures = []
+    for case, introduce in cases.items():
+        introduce()
+        try:
+            run_spec(spec, spark=spark)
+            failures.append(f"{case}: no InputDataError")
+        except InputDataError as exc:
+            if "4242" not in str(exc):
+                failures.append(f"{case}: the error does not name the key: {exc}")
+        if table_version(spark, out) != first["output"]["version"]:
+            failures.append(f"{case}: the output was written")
+            break
+        undo[case]()
+    assert_same_rows(read_rows(spark, out), before, ["order_id"])
+    assert not failures, "\n".join(failures)
 
 
-def test_oracle_helpers_are_sane() -> None:
-    """The oracle itself, on the §2.4 basics (no Spark)."""
-    from helpers import expected_fk_join
+# ------------------------------------------------------------------------------------------ the oracle
 
-    left = [order(1, 10), order(2, None), order(3, 99), order(None, 10)]
-    right = [ANN, {"customer_id": None, "name": "nobody", "tier": None}]
-    inner = expected_fk_join(left, right, ["order_id"], ["customer_id"], ["customer_id"], "inner")
-    assert inner == [joined(order(1, 10), ANN)]
-    left_join = expected_fk_join(left, right, ["order_id"], ["customer_id"], ["customer_id"], "left")
-    assert left_join == [joined(order(1, 10), ANN), joined(order(2, None), None), joined(order(3, 99), None)]
+
+def test_oracle_matches_the_reference_basics() -> None:
+    """The oracle itself, on §2.4 basics (no Spark)."""
+    ann = {"customer_id": "a", "name": "ann", "tier": "gold"}
+    nobody = {"customer_id": None, "name": "nobody", "tier": None}
+    left = [
+        {"order_id": 1, "customer_id": "a", "amount": 1},
+        {"order_id": 2, "customer_id": None, "amount": 2},
+        {"order_id": 3, "customer_id": "a1", "amount": 3},
+        {"order_id": None, "customer_id": "a", "amount": 4},
+    ]
+    key, rkey = ["order_id"], ["customer_id"]
+    assert expected_fk_join(left, [ann, nobody], key, rkey, rkey, "inner") == [joined(left[0], ann)]
+    assert expected_fk_join(left, [ann, nobody], key, rkey, rkey, "left") == [
+        joined(left[0], ann),
+        joined(left[1], None),
+        joined(left[2], None),
+    ]
     with pytest.raises(ValueError, match="duplicate"):
-        expected_fk_join(
-            [order(1, 10), order(1, 20)], right, ["order_id"], ["customer_id"], ["customer_id"], "left"
-        )
-    projected = expected_fk_join(
-        left, right, ["order_id"], ["customer_id"], lambda r: r["customer_id"], "left", {"n": "r.name"}
-    )
+        expected_fk_join([left[0], left[0]], [ann], key, rkey, rkey, "left")
+    projected = expected_fk_join(left, [ann], key, rkey, lambda r: r["customer_id"], "left", {"n": "r.name"})
     assert projected == [{"order_id": 1, "n": "ann"}, {"order_id": 2, "n": None}, {"order_id": 3, "n": None}]

@@ -268,7 +268,7 @@ def _rows(
         "inserted": inserted,
         "updated": updated,
         "deleted": deleted,
-        "keys_recomputed": recomputed,
+        "left_rows_rejoined": recomputed,
         "changes_read": {"left": changes_left, "right": changes_right},
         "null_keys_dropped": {"left": null_left, "right": null_right},
     }
@@ -360,7 +360,7 @@ def _read_changes(
     table: DeltaHandle, key: list[str], after: int, to: int, opened: list[ChangedKeys]
 ) -> ChangedKeys:
     if after == to:
-        empty = table.spark.createDataFrame([], table.read(to).select(*[quote(c) for c in key]).schema)
+        empty = table.read(to).select(*[quote(c) for c in key]).limit(0)
         found = ChangedKeys(keys=empty, count=0, change_rows=0, null_keys=0, cached=empty)
     else:
         try:
@@ -437,4 +437,4 @@ def _affected_source(
     source = joined.withColumn(PRESENT, F.lit(True)).unionByName(
         retractions.withColumn(PRESENT, F.lit(False)), allowMissingColumns=True
     )
-    return source, affected_count + left_changes.count
+    return source, affected_count

@@ -56,9 +56,9 @@ def _concurrent(output: DeltaHandle, cause: Exception | None = None) -> Concurre
 
 def _find_commit(output: DeltaHandle, request: CommitRequest) -> Commit:
     """Our commit in the output's recent history, found by token; its absence means Delta skipped it."""
-    for row in output.delta_table.history(20).select("version", "userMetadata", "operationMetrics").collect():
+    for row in output.history(20):
         if row["userMetadata"] and request.token in row["userMetadata"]:
-            metrics = row["operationMetrics"] or {}
+            metrics = row["operationMetrics"]
             return Commit(
                 version=int(row["version"]),
                 inserted=int(metrics.get("numTargetRowsInserted", metrics.get("numOutputRows", 0))),

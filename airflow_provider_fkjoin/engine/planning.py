@@ -68,7 +68,8 @@ def plan_refresh(
         if not state.cdf_enabled and state.version != from_versions[side]:
             return RefreshPlan(
                 "full",
-                f"change data feed is off on input {side} ({state.location}); every refresh is a full rebuild",
+                f"change data feed is off on input {side} ({state.location}); "
+                "every refresh is a full rebuild",
                 no_from,
             )
     return RefreshPlan("incremental", "changes since the last refresh", from_versions)

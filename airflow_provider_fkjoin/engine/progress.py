@@ -82,15 +82,8 @@ def read_progress(output: DeltaHandle) -> Progress | None:
     """The newest progress in the output's history (later OPTIMIZE or VACUUM commits are skipped)."""
     if not output.exists():
         return None
-    rows = (
-        output.delta_table.history(_HISTORY_SCAN)
-        .where("userMetadata IS NOT NULL")
-        .select("version", "timestamp", "userMetadata")
-        .orderBy("version", ascending=False)
-        .collect()
-    )
-    for row in rows:
-        found = parse_progress(row["userMetadata"], int(row["version"]), row["timestamp"])
+    for entry in output.history(_HISTORY_SCAN):
+        found = parse_progress(entry["userMetadata"], entry["version"], entry["timestamp"])
         if found is not None:
             return found
     return None

@@ -6,8 +6,12 @@ One class serves inputs and outputs so every join reads and checks tables the sa
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from functools import cached_property
+from pathlib import Path
+from typing import Any
 
+import deltalake
 from delta.tables import DeltaTable
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -50,7 +54,22 @@ class DeltaHandle:
     def location(self) -> str:
         return self.ref.location
 
+    @property
+    def local_path(self) -> Path | None:
+        """The table's folder when it is on the local file system: read its log without the JVM."""
+        path = self.ref.path
+        if path is None:
+            return None
+        if path.startswith("file:"):
+            path = path.removeprefix("file://").removeprefix("file:")
+        elif "://" in path:
+            return None
+        return Path(path)
+
     def exists(self) -> bool:
+        local = self.local_path
+        if local is not None:
+            return (local / "_delta_log").is_dir() and any((local / "_delta_log").glob("*.json"))
         if self.ref.path is not None:
             return DeltaTable.isDeltaTable(self.spark, self.ref.path)
         return self.spark.catalog.tableExists(self.ref.name)
@@ -70,12 +89,45 @@ class DeltaHandle:
             )
 
     def state(self) -> TableState:
-        """The latest version, table id and properties, read from the Delta log (no data scan)."""
+        """The latest version, table id and properties, read from the Delta log (no data scan).
+
+        Local tables are read with ``deltalake`` (milliseconds, no Spark job); others through Spark.
+        """
+        local = self.local_path
+        if local is not None:
+            table = deltalake.DeltaTable(str(local))
+            metadata = table.metadata()
+            return TableState(
+                version=int(table.version()),
+                table_id=str(metadata.id),
+                properties=dict(metadata.configuration),
+            )
         detail = self.delta_table.detail().select("id", "properties").first()
         version = self.delta_table.history(1).select("version").first()[0]
         return TableState(
             version=int(version), table_id=str(detail["id"]), properties=dict(detail["properties"])
         )
+
+    def history(self, limit: int) -> list[dict[str, Any]]:
+        """The newest ``limit`` commits, newest first: version, timestamp, userMetadata, operationMetrics."""
+        local = self.local_path
+        if local is not None:
+            return [
+                {
+                    "version": int(entry["version"]),
+                    "timestamp": datetime.fromtimestamp(entry["timestamp"] / 1000, tz=UTC),
+                    "userMetadata": entry.get("userMetadata"),
+                    "operationMetrics": {k: str(v) for k, v in (entry.get("operationMetrics") or {}).items()},
+                }
+                for entry in deltalake.DeltaTable(str(local)).history(limit)
+            ]
+        rows = self.delta_table.history(limit).select(
+            "version", "timestamp", "userMetadata", "operationMetrics"
+        )
+        return [
+            {**row.asDict(), "operationMetrics": dict(row["operationMetrics"] or {})}
+            for row in rows.orderBy("version", ascending=False).collect()
+        ]
 
     def schema(self, version: int | None = None) -> StructType:
         return self.read(version).schema

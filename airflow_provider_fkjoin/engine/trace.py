@@ -1,7 +1,8 @@
-"""Phase markers for operators and crash tests: ``FKJOIN_TRACE=1`` prints ``FKJOIN_PHASE <name>`` to stderr.
+"""Phase markers: ``FKJOIN_TRACE=1`` prints ``FKJOIN_PHASE <name> <monotonic s>`` to stderr.
 
-The crash tests kill a refresh when they read a marker, so a marker is printed (and flushed) exactly
-when its phase is reached, never buffered.
+Crash tests kill a refresh when they read a marker, and in-process tests register a listener to act at
+an exact point (say, let a second refresh commit first), so markers are emitted synchronously and
+flushed when the phase is reached. Phases: ``pinned``, ``changes_read``, ``merge_started``, ``committed``.
 """
 
 from __future__ import annotations
@@ -10,13 +11,32 @@ import logging
 import os
 import sys
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 log = logging.getLogger("airflow_provider_fkjoin")
+_listeners: list[Callable[[str], None]] = []
 
 
 def phase(name: str) -> None:
-    """Mark that a refresh reached ``name`` (pinned, changes_read, merge_started, committed)."""
+    """Mark that a refresh reached ``name``."""
     log.info("phase %s", name)
     if os.environ.get("FKJOIN_TRACE") == "1":
         sys.stderr.write(f"FKJOIN_PHASE {name} {time.monotonic():.3f}\n")
         sys.stderr.flush()
+    for listener in list(_listeners):
+        listener(name)
+
+
+@contextmanager
+def phase_listener(listener: Callable[[str], None]) -> Iterator[None]:
+    """Call ``listener(name)`` at every phase while the block runs.
+
+    >>> with phase_listener(lambda name: print(name)):
+    ...     run_spec(spec)
+    """
+    _listeners.append(listener)
+    try:
+        yield
+    finally:
+        _listeners.remove(listener)
