@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -125,9 +126,22 @@ _COMMIT_CONFS = (
 )
 
 
+_COMMIT_LOCK = threading.RLock()
+
+
 @contextmanager
 def commit_settings(spark: SparkSession, *, user_metadata: str, app_id: str, seq: int) -> Iterator[None]:
-    """Session settings that make the next Delta DML commit carry our progress and transaction id."""
+    """Session settings that make the next Delta DML commit carry our progress and transaction id.
+
+    The settings are session-wide, so commits from threads sharing a session take turns.
+    """
+    with _COMMIT_LOCK:
+        yield from _with_commit_settings(spark, user_metadata=user_metadata, app_id=app_id, seq=seq)
+
+
+def _with_commit_settings(
+    spark: SparkSession, *, user_metadata: str, app_id: str, seq: int
+) -> Iterator[None]:
     previous = {key: spark.conf.get(key, None) for key in _COMMIT_CONFS}
     spark.conf.set("spark.databricks.delta.commitInfo.userMetadata", user_metadata)
     spark.conf.set("spark.databricks.delta.write.txnAppId", app_id)
