@@ -434,7 +434,11 @@ def _affected_source(
     if left_changes.count:
         recon_keys = recon_keys.unionByName(left_changes.keys.select(*left_key_cols)).distinct()
     retractions = recon_keys.join(joined.select(*left_key_cols), on=left_key_cols, how="left_anti")
-    source = joined.withColumn(PRESENT, F.lit(True)).unionByName(
-        retractions.withColumn(PRESENT, F.lit(False)), allowMissingColumns=True
+    source = (
+        joined.withColumn(PRESENT, F.lit(True))
+        .unionByName(retractions.withColumn(PRESENT, F.lit(False)), allowMissingColumns=True)
+        .persist()
     )
-    return source, affected_count
+    cached.append(source)
+    # Materialised and counted, the source is broadcast into the MERGE: the output is scanned, not shuffled.
+    return maybe_broadcast(source, source.count()), affected_count

@@ -119,13 +119,6 @@ def transaction_app_id(output_location: str) -> str:
     return "fkjoin-" + hashlib.sha256(output_location.encode()).hexdigest()[:24]
 
 
-_COMMIT_CONFS = (
-    "spark.databricks.delta.commitInfo.userMetadata",
-    "spark.databricks.delta.write.txnAppId",
-    "spark.databricks.delta.write.txnVersion",
-)
-
-
 _COMMIT_LOCK = threading.RLock()
 
 
@@ -136,16 +129,20 @@ def commit_settings(spark: SparkSession, *, user_metadata: str, app_id: str, seq
     The settings are session-wide, so commits from threads sharing a session take turns.
     """
     with _COMMIT_LOCK:
-        yield from _with_commit_settings(spark, user_metadata=user_metadata, app_id=app_id, seq=seq)
+        yield from _with_commit_settings(
+            spark,
+            {
+                "spark.databricks.delta.commitInfo.userMetadata": user_metadata,
+                "spark.databricks.delta.write.txnAppId": app_id,
+                "spark.databricks.delta.write.txnVersion": str(seq),
+            },
+        )
 
 
-def _with_commit_settings(
-    spark: SparkSession, *, user_metadata: str, app_id: str, seq: int
-) -> Iterator[None]:
-    previous = {key: spark.conf.get(key, None) for key in _COMMIT_CONFS}
-    spark.conf.set("spark.databricks.delta.commitInfo.userMetadata", user_metadata)
-    spark.conf.set("spark.databricks.delta.write.txnAppId", app_id)
-    spark.conf.set("spark.databricks.delta.write.txnVersion", str(seq))
+def _with_commit_settings(spark: SparkSession, settings: dict[str, str]) -> Iterator[None]:
+    previous = {key: spark.conf.get(key, None) for key in settings}
+    for key, value in settings.items():
+        spark.conf.set(key, value)
     try:
         yield
     finally:
