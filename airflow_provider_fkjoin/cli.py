@@ -59,7 +59,9 @@ def _cmd_demo(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="fkjoin", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="fkjoin", description="Run an incremental join spec, show its progress, or run the demo."
+    )
     parser.add_argument("--master", help="Spark master (default: FKJOIN_SPARK_MASTER or local[*])")
     parser.add_argument("--conf", action="append", metavar="KEY=VALUE", help="extra Spark conf (repeatable)")
     parser.add_argument("-v", "--verbose", action="store_true", help="log the engine's phases")

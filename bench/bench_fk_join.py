@@ -81,7 +81,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--json-out", type=Path, default=None, help="write every measurement here as JSON")
     p.add_argument(
-        "--quick", action="store_true", help="small smoke test: left 50K,200K; right 20K; ~2 minutes"
+        "--quick",
+        action="store_true",
+        help="smoke test: left 50K,200K; right 20K; 200/20 changes; no warm-up",
     )
     p.add_argument("--master", default="local[2]")
     p.add_argument("--verify", choices=["count", "checksum"], default="count")
@@ -93,7 +95,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="write Spark's event log under <workdir>/eventlog and break each refresh down by Spark job",
     )
     p.add_argument("--baseline-only", action="store_true", help="data generation + full recompute only")
-    p.add_argument("--no-warmup", action="store_true", help="skip the small warm-up run")
+    p.add_argument(
+        "--warmup",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="a small untimed end-to-end pass first (default: on, off with --quick)",
+    )
     args = p.parse_args(argv)
     if args.quick:
         defaults = {
@@ -114,6 +121,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     for key, value in defaults.items():
         if getattr(args, key) is None:
             setattr(args, key, value)
+    if args.warmup is None:
+        args.warmup = not args.quick
     args.left_rows = sorted(args.left_rows)
     if args.repeat < 1:
         p.error("--repeat must be >= 1")
@@ -502,6 +511,12 @@ def _union_ms(intervals: list[tuple[float, float]]) -> float:
     return total
 
 
+JOIN_RE = re.compile(
+    r"\b(BroadcastHashJoin|SortMergeJoin|ShuffledHashJoin|BroadcastNestedLoopJoin)\b"
+    r"(?:\s+\[[^\]]*\],\s*\[[^\]]*\],\s*(\w+))?"
+)
+
+
 def analyse_event_log(path: Path, windows: list[dict]) -> list[dict]:
     """Break each timed run_spec down with Spark's event log (written by Spark; no listener of ours).
 
@@ -522,10 +537,12 @@ def analyse_event_log(path: Path, windows: list[dict]) -> list[dict]:
         kind = ev.get("Event", "")
         if kind.endswith("SparkListenerSQLExecutionStart"):
             eid = ev["executionId"]
+            plan = ev.get("physicalPlanDescription", "")
             execs[eid] = {
                 "root": ev.get("rootExecutionId", eid),
                 "what": ev.get("description", "?"),
                 "start": ev["time"],
+                "joins": sorted({" ".join(filter(None, m.groups())) for m in JOIN_RE.finditer(plan)}),
             }
         elif kind.endswith("SparkListenerSQLExecutionEnd") and ev["executionId"] in execs:
             execs[ev["executionId"]]["end"] = ev["time"]
@@ -546,13 +563,19 @@ def analyse_event_log(path: Path, windows: list[dict]) -> list[dict]:
         sub: dict[str, dict] = {}
         for i, e in inside.items():
             if e["root"] != i and e["root"] in inside and e["what"] != inside[e["root"]]["what"]:
-                g = sub.setdefault(e["what"], {"what": e["what"], "count": 0, "_iv": []})
+                g = sub.setdefault(e["what"], {"what": e["what"], "count": 0, "_iv": [], "joins": set()})
                 g["count"] += 1
                 g["_iv"].append((e["start"], e["end"]))
+                g["joins"].update(e["joins"])
 
         def finish(groups):
             rows = [
-                {"what": g["what"], "count": g["count"], "s": round(_union_ms(g["_iv"]) / 1000, 3)}
+                {
+                    "what": g["what"],
+                    "count": g["count"],
+                    "s": round(_union_ms(g["_iv"]) / 1000, 3),
+                    **({"joins": sorted(g["joins"])} if g.get("joins") else {}),
+                }
                 for g in groups.values()
             ]
             return sorted(rows, key=lambda r: -r["s"])
@@ -683,7 +706,8 @@ def print_job_breakdown(runs: list[dict], top: int = 12) -> None:
         for g in run["top_level"][:top]:
             print(f"   {g['s']:8.3f}s  x{g['count']:<3d} {g['what'][:100]}")
         for g in run["delta_steps"][:top]:
-            print(f"      {g['s']:8.3f}s  x{g['count']:<3d} {g['what'][:100]}")
+            joins = f"  joins: {', '.join(g['joins'])}" if g.get("joins") else ""
+            print(f"      {g['s']:8.3f}s  x{g['count']:<3d} {g['what'][:90]}{joins}")
 
 
 def targets(rows: list[dict]) -> dict:
@@ -750,7 +774,7 @@ def main(argv: list[str] | None = None) -> int:
         f"config: left={args.left_rows} right={args.right_rows} changes left={args.change_rows_left} "
         f"right={args.change_rows_right} repeat={args.repeat} workdir={args.workdir}"
     )
-    if not args.no_warmup:
+    if args.warmup:
         warmup(runner)
 
     records = []
@@ -779,6 +803,7 @@ def main(argv: list[str] | None = None) -> int:
         results["summary"] = rows
         results["targets"] = targets(rows)
         results["total_s"] = round(time.perf_counter() - t_start, 1)
+        results["timed_windows"] = runner.windows
         print()
         results["table"] = print_table(rows)
         if results["targets"]:

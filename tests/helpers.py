@@ -706,6 +706,15 @@ class World:
         if got_counts != counts:
             problems.append(f"result rows {got_counts}, the change feed says {counts}")
 
+    def timing_summary(self) -> str:
+        """Seconds spent in ``run_spec`` and in the checks, per output (fixtures print it; ``pytest -s``)."""
+        lines = []
+        for name, records in self.history.items():
+            runs = ", ".join(f"{r.run_s:.1f}" for r in records)
+            checks = sum(r.check_s for r in records)
+            lines.append(f"{name}: run_spec s per phase [{runs}], checks {checks:.1f}s")
+        return "\n".join(lines)
+
     def assert_ok(self, name: str) -> None:
         """Every refresh of output ``name`` so far met the whole contract."""
         report = "\n".join(r.describe() for r in self.history[name] if not r.ok())

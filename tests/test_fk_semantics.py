@@ -6,9 +6,9 @@ nothing is written (§2.6 port guidance).
 
 To keep the suite fast, the §2.4 scenarios share one pair of inputs (``orders -> customers``): each scenario
 owns a block of order ids and its own customer ids, all scenarios' changes of a phase land together, and one
-refresh per phase updates four outputs (inner/left x default projection/``columns`` projection). Each test
-then checks its own keys, after every phase: the exact rows it expects (hand-written), the oracle at the
-result's input versions, and the output's change data feed (one net change per changed key, nothing else).
+refresh per phase updates an inner and a left join. Each test then checks its own keys, after every phase:
+the exact rows it expects (hand-written), the oracle at the result's input versions, and the output's change
+data feed (one net change per changed key, nothing else).
 ``test_world_contract`` checks the whole of every refresh (modes, versions, one commit, counts, every key).
 """
 
@@ -75,7 +75,7 @@ class Scenario:
         self.left0: list[Row] = []
         self.right0: list[Row] = []
         self.rounds: dict[int, list[Batch]] = {}
-        self.expected: dict[tuple[str, str], dict[int, list[Row]]] = {}
+        self.expected: dict[str, dict[int, list[Row]]] = {}
 
     def o(self, n: int, cust: str | None, amount: int = 100) -> Row:
         return {"order_id": self.base + n, "customer_id": self.cid(cust), "amount": amount}
@@ -104,14 +104,13 @@ class Scenario:
         both: list[Row] | None = None,
         inner: list[Row] | None = None,
         left: list[Row] | None = None,
-        family: str = "default",
     ) -> None:
         for how, rows in (
             ("inner", inner if both is None else both),
             ("left", left if both is None else both),
         ):
             assert rows is not None, f"{self.name}: phase {phase} needs an expectation for {how}"
-            self.expected.setdefault((family, how), {})[phase] = rows
+            self.expected.setdefault(how, {})[phase] = rows
 
     def owns(self, key: tuple[Any, ...]) -> bool:
         return key[0] is not None and self.base <= key[0] < self.base + 100
@@ -124,6 +123,7 @@ PHASES = 3  # phase 0 is the first (full) refresh, 1-2 are incremental, phase 3 
 def scenario(build: Callable[[Scenario], None]) -> Callable[[Scenario], None]:
     s = Scenario(build.__name__, len(SCENARIOS) + 1)
     build(s)
+    assert all(0 in s.expected.get(how, {}) for how in HOWS), f"{s.name}: expect(0, ...) is missing"
     SCENARIOS[s.name] = s
     return build
 
@@ -545,43 +545,8 @@ def null_keys_are_dropped(s: Scenario) -> None:
     )
 
 
-# a `columns` projection: a change to an unprojected column, or one that leaves the projection equal, is
-# not written to the projected output
-@scenario
-def projection_columns(s: Scenario) -> None:
-    def p(n: int, name: str | None, double: int) -> Row:
-        return {"order_id": s.base + n, "customer_name": name, "double_amount": double}
-
-    a, b = s.c("A"), s.c("B")
-    s.initial(left=[s.o(1, "A", 5), s.o(2, "missing", 6), s.o(3, "B", 7)], right=[a, b])
-    s.expect(
-        0,
-        inner=[p(1, a["name"], 10), p(3, b["name"], 14)],
-        left=[p(1, a["name"], 10), p(2, None, 12), p(3, b["name"], 14)],
-        family="projection",
-    )
-    s.at(1).right_upserts += [s.c("A", tier="changed")]  # not projected
-    s.at(1).left_upserts += [s.o(2, "missing", 6)]  # identical rewrite
-    # order 3 moves to a new customer D with B's name: its default row changes, its projected row does not
-    s.at(1).left_upserts += [s.o(3, "D", 7)]
-    s.at(1).right_upserts += [s.c("D", name=b["name"], tier="other")]
-    s.at(2).left_upserts += [s.o(1, "B", 5)]  # FK change: the name changes, the amount does not
-    s.expect(
-        2,
-        inner=[p(1, b["name"], 10), p(3, b["name"], 14)],
-        left=[p(1, b["name"], 10), p(2, None, 12), p(3, b["name"], 14)],
-        family="projection",
-    )
-
-
 def world_outputs() -> dict[str, OutputSpec]:
-    outputs = {}
-    for how in HOWS:
-        outputs[f"default_{how}"] = OutputSpec(how=how, foreign_key=["customer_id"])
-        outputs[f"projection_{how}"] = OutputSpec(
-            how=how, foreign_key=["customer_id"], columns=PROJECTION, columns_oracle=PROJECTION_ORACLE
-        )
-    return outputs
+    return {f"default_{how}": OutputSpec(how=how, foreign_key=["customer_id"]) for how in HOWS}
 
 
 @pytest.fixture(scope="module")
@@ -609,14 +574,15 @@ def world(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Worl
                     merged.extend(s.rounds[phase][round_no])
             w.apply(merged)
         w.refresh()
+    print(w.timing_summary())
     return w
 
 
-def check_scenario(world: World, name: str, how: str, family: str = "default") -> None:
+def check_scenario(world: World, name: str, how: str) -> None:
     """The scenario's keys, after every phase: hand-written rows, the oracle, and a clean change feed."""
     s = SCENARIOS[name]
-    output = f"{family}_{how}"
-    expectations = s.expected[(family, how)]
+    output = f"default_{how}"
+    expectations = s.expected[how]
     failures: list[str] = []
     want: list[Row] | None = None
     for record in world.history[output]:
@@ -754,15 +720,6 @@ def test_null_keys_are_dropped_and_counted(world: World, how: str) -> None:
     assert second["rows"]["null_keys_dropped"]["left"] >= 1, second["rows"]
 
 
-def test_projection_columns(world: World, how: str) -> None:
-    check_scenario(world, "projection_columns", how, family="projection")
-    s = SCENARIOS["projection_columns"]
-    projected = world.history[f"projection_{how}"][1]
-    assert not {k for k in projected.changed if s.owns(k)}, "phase 1 rewrote an equal projected row"
-    default = world.history[f"default_{how}"][1]
-    assert {k for k in default.changed if s.owns(k)} == {(s.base + 1,), (s.base + 3,)}, default.changed
-
-
 @pytest.mark.parametrize("output", sorted(world_outputs()))
 def test_world_contract(world: World, output: str) -> None:
     """Every refresh: mode, versions, one commit, counts, columns, every key vs the oracle, clean feed."""
@@ -788,17 +745,25 @@ def test_noop_refresh_commits_nothing(world: World) -> None:
 
 @pytest.fixture(scope="module")
 def expr_world(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> World:
-    """FK = lower(cust_code): keys compare by exact value *after* the expression."""
+    """FK = lower(cust_code), projected through ``columns``: keys compare by exact value *after* the
+    expression, and a change that leaves the projected values equal writes nothing.
+    """
     fk_oracle = lambda row: None if row["cust_code"] is None else row["cust_code"].lower()  # noqa: E731
     w = World(
         spark,
         str(tmp_path_factory.mktemp("fk_expr")),
         left_schema="order_id INT, cust_code STRING, amount INT",
-        right_schema="code STRING, name STRING",
+        right_schema="code STRING, name STRING, tier STRING",
         left_key=["order_id"],
         right_key=["code"],
         outputs={
-            how: OutputSpec(how=how, foreign_key={"expr": "lower(cust_code)"}, fk_oracle=fk_oracle)
+            how: OutputSpec(
+                how=how,
+                foreign_key={"expr": "lower(cust_code)"},
+                fk_oracle=fk_oracle,
+                columns=PROJECTION,
+                columns_oracle=PROJECTION_ORACLE,
+            )
             for how in HOWS
         },
     )
@@ -808,41 +773,65 @@ def expr_world(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) ->
             {"order_id": 2, "cust_code": "c20", "amount": 2},
             {"order_id": 3, "cust_code": None, "amount": 3},
             {"order_id": 4, "cust_code": "C40", "amount": 4},
+            {"order_id": 5, "cust_code": "c50", "amount": 5},
         ],
         [
-            {"code": "c10", "name": "ann"},
-            {"code": "c20", "name": "bob"},
-            {"code": "C30", "name": "upper"},
-            {"code": "c40", "name": "dee"},
+            {"code": "c10", "name": "ann", "tier": "gold"},
+            {"code": "c20", "name": "bob", "tier": "gold"},
+            {"code": "C30", "name": "upper", "tier": "gold"},
+            {"code": "c40", "name": "dee", "tier": "gold"},
+            {"code": "c50", "name": "eve", "tier": "gold"},
+            {"code": "c60", "name": "eve", "tier": "silver"},
         ],
     )
     w.refresh()
     w.apply(
         Batch(
             left_upserts=[
-                {"order_id": 1, "cust_code": "c10", "amount": 1},  # same FK after the expression, new value
-                {"order_id": 2, "cust_code": "C20", "amount": 2},  # same again, the other way round
+                {
+                    "order_id": 1,
+                    "cust_code": "c10",
+                    "amount": 1,
+                },  # same FK after lower(); cust_code unprojected
+                {"order_id": 2, "cust_code": "C40", "amount": 2},  # FK change through the expression
                 {"order_id": 3, "cust_code": "C30", "amount": 3},  # lower("C30") never matches "C30"
+                {"order_id": 5, "cust_code": "C60", "amount": 5},  # FK change to a row with the same name
             ],
-            right_upserts=[{"code": "c10", "name": "ann2"}, {"code": "c40", "name": "dee2"}],  # fan-out
+            right_upserts=[
+                {"code": "c10", "name": "ann", "tier": "platinum"},  # unprojected column
+                {"code": "c40", "name": "dee2", "tier": "gold"},  # fan-out to orders 2 and 4
+            ],
         )
     )
     w.refresh()
     return w
 
 
-def test_fk_expression(expr_world: World, how: str) -> None:
-    def out(order_id: int, code: str | None, name: str | None) -> Row:
-        return {"order_id": order_id, "cust_code": code, "amount": order_id, "name": name}
+def expr_out(order_id: int, name: str | None) -> Row:
+    return {"order_id": order_id, "customer_name": name, "double_amount": order_id * 2}
 
+
+def test_fk_expression(expr_world: World, how: str) -> None:
     expected = [
         {
-            "inner": [out(1, "C10", "ann"), out(2, "c20", "bob"), out(4, "C40", "dee")],
-            "left": [out(1, "C10", "ann"), out(2, "c20", "bob"), out(3, None, None), out(4, "C40", "dee")],
+            "inner": [expr_out(1, "ann"), expr_out(2, "bob"), expr_out(4, "dee"), expr_out(5, "eve")],
+            "left": [
+                expr_out(1, "ann"),
+                expr_out(2, "bob"),
+                expr_out(3, None),
+                expr_out(4, "dee"),
+                expr_out(5, "eve"),
+            ],
         },
         {
-            "inner": [out(1, "c10", "ann2"), out(2, "C20", "bob"), out(4, "C40", "dee2")],
-            "left": [out(1, "c10", "ann2"), out(2, "C20", "bob"), out(3, "C30", None), out(4, "C40", "dee2")],
+            "inner": [expr_out(1, "ann"), expr_out(2, "dee2"), expr_out(4, "dee2"), expr_out(5, "eve")],
+            "left": [
+                expr_out(1, "ann"),
+                expr_out(2, "dee2"),
+                expr_out(3, None),
+                expr_out(4, "dee2"),
+                expr_out(5, "eve"),
+            ],
         },
     ]
     expr_world.assert_ok(how)
@@ -850,28 +839,42 @@ def test_fk_expression(expr_world: World, how: str) -> None:
         assert_same_rows(record.rows.values(), want[how], ["order_id"])
 
 
+def test_projection_columns(expr_world: World, how: str) -> None:
+    """Output = left key + ``columns``; an input change that leaves the projected row equal writes nothing."""
+    expr_world.assert_ok(how)  # includes the column list: order_id, customer_name, double_amount
+    first, second = expr_world.history[how]
+    assert first.result is not None and second.result is not None
+    assert list(next(iter(first.rows.values()))) == ["order_id", "customer_name", "double_amount"]
+    # four left rows and two right rows changed, but only two projected rows differ: only they are written
+    assert second.changed == {(2,), (4,)}
+    assert (second.result["rows"]["inserted"], second.result["rows"]["updated"]) == (0, 2)
+
+
 # ------------------------------------------------------------------------------------------ composite FK
 
 
 @pytest.fixture(scope="module")
 def composite_world(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> World:
-    """A two-column FK matched in order to a two-column right key with other names."""
+    """A two-column FK matched in order to a two-column right key with other names.
+
+    The left key has two columns as well, and the left column names need quoting in Spark SQL.
+    """
     w = World(
         spark,
         str(tmp_path_factory.mktemp("fk_composite")),
-        left_schema="order_id INT, cust_region STRING, cust_no INT, amount INT",
+        left_schema="`order-id` INT, `line-no` INT, `cust-region` STRING, `cust-no` INT, amount INT",
         right_schema="region STRING, no INT, name STRING",
-        left_key=["order_id"],
+        left_key=["order-id", "line-no"],
         right_key=["region", "no"],
-        outputs={how: OutputSpec(how=how, foreign_key=["cust_region", "cust_no"]) for how in HOWS},
+        outputs={how: OutputSpec(how=how, foreign_key=["cust-region", "cust-no"]) for how in HOWS},
     )
     w.create(
         [
-            {"order_id": 1, "cust_region": "eu", "cust_no": 1, "amount": 10},
-            {"order_id": 2, "cust_region": "us", "cust_no": 1, "amount": 20},
-            {"order_id": 3, "cust_region": "eu", "cust_no": 2, "amount": 30},
-            {"order_id": 4, "cust_region": "1", "cust_no": None, "amount": 40},
-            {"order_id": 5, "cust_region": "eu", "cust_no": 3, "amount": 50},
+            composite_line(1, 1, "eu", 1),
+            composite_line(1, 2, "us", 1),
+            composite_line(2, 1, "eu", 2),
+            composite_line(2, 2, "1", None),
+            composite_line(3, 1, "eu", 3),
         ],
         [
             {"region": "eu", "no": 1, "name": "eu-one"},
@@ -883,7 +886,8 @@ def composite_world(spark: SparkSession, tmp_path_factory: pytest.TempPathFactor
     w.refresh()
     w.apply(
         Batch(
-            left_upserts=[{"order_id": 1, "cust_region": "us", "cust_no": 2, "amount": 10}],  # FK change
+            left_upserts=[composite_line(1, 1, "us", 2)],  # FK change
+            left_deletes=[(3, 2)],  # absent: (3, 1) exists, (3, 2) does not
             right_upserts=[
                 {"region": "us", "no": 1, "name": "us-ONE"},  # fan-out to (us, 1) only, not (eu, 1)
                 {"region": "eu", "no": 2, "name": "eu-two"},  # appears after its left row
@@ -895,42 +899,54 @@ def composite_world(spark: SparkSession, tmp_path_factory: pytest.TempPathFactor
     return w
 
 
-def test_composite_fk(composite_world: World, how: str) -> None:
-    def out(order_id: int, region: str, no: int | None, name: str | None) -> Row:
-        return {
-            "order_id": order_id,
-            "cust_region": region,
-            "cust_no": no,
-            "amount": order_id * 10,
-            "name": name,
-        }
+def composite_line(order: int, line: int, region: str, no: int | None) -> Row:
+    return {
+        "order-id": order,
+        "line-no": line,
+        "cust-region": region,
+        "cust-no": no,
+        "amount": order * 10 + line,
+    }
 
-    null_fk = out(4, "1", None, None)  # a partly null composite FK never matches
+
+def test_composite_fk(composite_world: World, how: str) -> None:
+    def out(order: int, line: int, region: str, no: int | None, name: str | None) -> Row:
+        return {**composite_line(order, line, region, no), "name": name}
+
+    null_fk = out(2, 2, "1", None, None)  # a partly null composite FK never matches
     expected = [
         {
-            "inner": [out(1, "eu", 1, "eu-one"), out(2, "us", 1, "us-one"), out(5, "eu", 3, "eu-three")],
+            "inner": [
+                out(1, 1, "eu", 1, "eu-one"),
+                out(1, 2, "us", 1, "us-one"),
+                out(3, 1, "eu", 3, "eu-three"),
+            ],
             "left": [
-                out(1, "eu", 1, "eu-one"),
-                out(2, "us", 1, "us-one"),
-                out(3, "eu", 2, None),
+                out(1, 1, "eu", 1, "eu-one"),
+                out(1, 2, "us", 1, "us-one"),
+                out(2, 1, "eu", 2, None),
                 null_fk,
-                out(5, "eu", 3, "eu-three"),
+                out(3, 1, "eu", 3, "eu-three"),
             ],
         },
         {
-            "inner": [out(1, "us", 2, "us-two"), out(2, "us", 1, "us-ONE"), out(3, "eu", 2, "eu-two")],
+            "inner": [
+                out(1, 1, "us", 2, "us-two"),
+                out(1, 2, "us", 1, "us-ONE"),
+                out(2, 1, "eu", 2, "eu-two"),
+            ],
             "left": [
-                out(1, "us", 2, "us-two"),
-                out(2, "us", 1, "us-ONE"),
-                out(3, "eu", 2, "eu-two"),
+                out(1, 1, "us", 2, "us-two"),
+                out(1, 2, "us", 1, "us-ONE"),
+                out(2, 1, "eu", 2, "eu-two"),
                 null_fk,
-                out(5, "eu", 3, None),
+                out(3, 1, "eu", 3, None),
             ],
         },
     ]
     composite_world.assert_ok(how)
     for record, want in zip(composite_world.history[how], expected, strict=True):
-        assert_same_rows(record.rows.values(), want[how], ["order_id"])
+        assert_same_rows(record.rows.values(), want[how], ["order-id", "line-no"])
 
 
 # ------------------------------------------------------------------------------------ spec change
