@@ -86,6 +86,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="smoke test: left 50K,200K; right 20K; 200/20 changes; no warm-up",
     )
     p.add_argument("--master", default="local[2]")
+    p.add_argument(
+        "--conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra Spark conf for the session (repeatable), e.g. spark.sql.join.preferSortMergeJoin=false",
+    )
     p.add_argument("--verify", choices=["count", "checksum"], default="count")
     p.add_argument("--trace", action="store_true", help="set FKJOIN_TRACE=1 and report the engine's phases")
     p.add_argument("--profile", action="store_true", help="cProfile each incremental refresh")
@@ -512,8 +519,8 @@ def _union_ms(intervals: list[tuple[float, float]]) -> float:
 
 
 JOIN_RE = re.compile(
-    r"\b(BroadcastHashJoin|SortMergeJoin|ShuffledHashJoin|BroadcastNestedLoopJoin)\b"
-    r"(?:\s+\[[^\]]*\],\s*\[[^\]]*\],\s*(\w+))?"
+    r"\b(BroadcastHashJoin|SortMergeJoin|ShuffledHashJoin|BroadcastNestedLoopJoin)"
+    r" (\w+)(?: (Build\w+))? \(\d+\)"
 )
 
 
@@ -755,6 +762,15 @@ def main(argv: list[str] | None = None) -> int:
         args.baseline_only = True
     t_start = time.perf_counter()
     conf = dict(SPARK_CONF)
+    # Spark's scratch space (shuffle, spills, cached blocks) in the bench's own folder, not a shared /tmp
+    local_dir = args.workdir / "spark-local"
+    local_dir.mkdir(parents=True, exist_ok=True)
+    conf["spark.local.dir"] = str(local_dir)
+    for item in args.conf:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise SystemExit(f"--conf {item!r}: expected KEY=VALUE")
+        conf[key.strip()] = value.strip()
     if args.event_log:
         log_dir = args.workdir / "eventlog"
         log_dir.mkdir(parents=True, exist_ok=True)
@@ -788,7 +804,7 @@ def main(argv: list[str] | None = None) -> int:
             "change_rows_right": args.change_rows_right,
             "repeat": args.repeat,
             "verify": args.verify,
-            "spark_conf": SPARK_CONF,
+            "spark_conf": conf,
             "master": args.master,
         },
         "sizes": records,

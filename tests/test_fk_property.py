@@ -10,6 +10,7 @@ the oracle on every key, one net change per changed key in the output's change f
 
 from __future__ import annotations
 
+import os
 import tempfile
 from typing import Any
 
@@ -66,7 +67,7 @@ def plans(draw: st.DrawFn) -> dict[str, Any]:
 
 
 @settings(
-    max_examples=15,
+    max_examples=int(os.environ.get("FKJOIN_PROPERTY_EXAMPLES", "12")),  # more for a longer local run
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )

@@ -417,13 +417,20 @@ def _affected_source(
     check_keys(affected, shape.left_key, left, to_versions["left"], count_nulls=False)
     affected_count = affected.count()
 
-    needed = affected.select(*shape.fk_columns).where(~key_is_null(shape.fk_columns)).distinct()
-    needed = needed.select(
+    # Right rows referenced by an affected left row, and every changed right key (for the duplicate check).
+    needed = affected.select(
         *[F.col(fk).alias(rk) for fk, rk in zip(shape.fk_columns, shape.right_key, strict=True)]
-    )
+    ).where(~key_is_null(shape.right_key))
+    if right_changes.count:
+        needed = needed.unionByName(right_changes.keys.select(*[quote(c) for c in shape.right_key]))
+    needed = needed.distinct()
     right_rows = (
         right_df.where(~key_is_null(shape.right_key))
-        .join(maybe_broadcast(needed, affected_count), on=list(shape.right_key), how="left_semi")
+        .join(
+            maybe_broadcast(needed, affected_count + right_changes.count),
+            on=list(shape.right_key),
+            how="left_semi",
+        )
         .persist()
     )
     cached.append(right_rows)
