@@ -17,12 +17,15 @@ most 1.5x from |left| = 1M to 10M at the same change size. Run it in a fresh pro
 only applies to a new JVM):
 
     .venv/bin/python bench/bench_fk_join.py --left-rows 1000000,10000000 --right-rows 1000000 \\
-        --change-rows-left 10000 --change-rows-right 1000 --repeat 3 --json-out bench/results.json
-    .venv/bin/python bench/bench_fk_join.py --quick        # smoke test, ~2 minutes
+        --change-rows-left 10000 --change-rows-right 1000 --repeat 3 --verify checksum \\
+        --json-out bench/data/results.json
+    .venv/bin/python bench/bench_fk_join.py --quick        # smoke test on small tables
 
-``--trace`` sets FKJOIN_TRACE=1 and collects the engine's ``FKJOIN_PHASE <name>`` stderr lines into a
-per-phase breakdown of each refresh; ``--profile`` runs each incremental refresh under cProfile and
-prints where the driver waited, by engine function.
+``--trace`` sets FKJOIN_TRACE=1 and turns the engine's ``FKJOIN_PHASE <name>`` stderr lines into the
+time between markers for each refresh; ``--profile`` runs each incremental refresh under cProfile and
+prints where the driver waited, by engine function; ``--event-log`` has Spark write its event log and
+breaks each timed run_spec down by SQL execution and Delta step, with each step's join strategy.
+Results, the machine and the analysis are in bench/README.md.
 """
 
 from __future__ import annotations
