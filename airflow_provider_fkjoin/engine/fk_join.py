@@ -57,7 +57,6 @@ class FkJoinShape:
     output_columns: list[str]
     value_columns: list[str]
     projection: list[Column]
-    warnings: list[str]
 
 
 def _names(schema: StructType) -> list[str]:
@@ -144,7 +143,6 @@ def resolve_shape(
         output_columns=output_columns,
         value_columns=value_columns,
         projection=projection,
-        warnings=[],
     )
 
 

@@ -68,17 +68,21 @@ def _find_commit(output: DeltaHandle, request: CommitRequest) -> Commit:
     raise _concurrent(output)
 
 
-def create_output(output: DeltaHandle, rows: DataFrame, key: list[str], request: CommitRequest) -> Commit:
-    """Create the output table from ``rows`` in one commit, laid out by key for pruned merges later."""
+def _write_output(
+    output: DeltaHandle, rows: DataFrame, key: list[str], request: CommitRequest, mode: str
+) -> Commit:
+    """Write ``rows`` as the whole output in one commit, laid out by key for pruned merges later."""
     writer = (
         rows.repartitionByRange(*[quote(c) for c in key])
         .sortWithinPartitions(*[quote(c) for c in key])
         .write.format("delta")
-        .mode("errorifexists")
+        .mode(mode)
         .option("userMetadata", request.user_metadata)
         .option("txnAppId", request.app_id)
         .option("txnVersion", request.seq)
     )
+    if mode == "overwrite":
+        writer = writer.option("overwriteSchema", "true")
     for name, value in OUTPUT_PROPERTIES.items():
         writer = writer.option(name, value)
     try:
@@ -87,7 +91,8 @@ def create_output(output: DeltaHandle, rows: DataFrame, key: list[str], request:
         else:
             writer.saveAsTable(output.ref.name)
     except AnalysisException as exc:
-        if "already exists" in str(exc).lower() or "PATH_EXISTS" in str(exc) or "ALREADY_EXISTS" in str(exc):
+        text = str(exc)
+        if mode == "errorifexists" and ("already exists" in text.lower() or "EXISTS" in text):
             raise _concurrent(output, exc) from None
         raise
     except DeltaConcurrentModificationException as exc:
@@ -95,26 +100,14 @@ def create_output(output: DeltaHandle, rows: DataFrame, key: list[str], request:
     return _find_commit(output, request)
 
 
+def create_output(output: DeltaHandle, rows: DataFrame, key: list[str], request: CommitRequest) -> Commit:
+    """Create the output table from ``rows``; another refresh creating it first is a conflict."""
+    return _write_output(output, rows, key, request, "errorifexists")
+
+
 def replace_output(output: DeltaHandle, rows: DataFrame, key: list[str], request: CommitRequest) -> Commit:
     """Overwrite the output, schema included, in one commit (a spec whose columns changed)."""
-    writer = (
-        rows.repartitionByRange(*[quote(c) for c in key])
-        .sortWithinPartitions(*[quote(c) for c in key])
-        .write.format("delta")
-        .mode("overwrite")
-        .option("overwriteSchema", "true")
-        .option("userMetadata", request.user_metadata)
-        .option("txnAppId", request.app_id)
-        .option("txnVersion", request.seq)
-    )
-    try:
-        if output.ref.path is not None:
-            writer.save(output.ref.path)
-        else:
-            writer.saveAsTable(output.ref.name)
-    except DeltaConcurrentModificationException as exc:
-        raise _concurrent(output, exc) from None
-    return _find_commit(output, request)
+    return _write_output(output, rows, key, request, "overwrite")
 
 
 def merge_output(

@@ -15,7 +15,6 @@ import deltalake
 from delta.tables import DeltaTable
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import StructType
 
 from .errors import SpecError
 from .spec import TableRef, quote
@@ -128,9 +127,6 @@ class DeltaHandle:
             {**row.asDict(), "operationMetrics": dict(row["operationMetrics"] or {})}
             for row in rows.orderBy("version", ascending=False).collect()
         ]
-
-    def schema(self, version: int | None = None) -> StructType:
-        return self.read(version).schema
 
     def read(self, version: int | None = None) -> DataFrame:
         """The table as of ``version`` (latest when None)."""
