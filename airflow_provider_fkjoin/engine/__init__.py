@@ -10,14 +10,26 @@ from .errors import ConcurrentRefreshError, FkJoinError, InputDataError, SpecErr
 from .runner import refresh_status, run_spec
 from .session import get_spark
 from .spec import load_spec
+from .watermarks import (
+    TableMissingError,
+    consumed_version,
+    high_watermark,
+    progress,
+    refresh_result_from_commit,
+)
 
 __all__ = [
     "ConcurrentRefreshError",
     "FkJoinError",
     "InputDataError",
     "SpecError",
+    "TableMissingError",
+    "consumed_version",
     "get_spark",
+    "high_watermark",
     "load_spec",
+    "progress",
+    "refresh_result_from_commit",
     "refresh_status",
     "run_spec",
 ]

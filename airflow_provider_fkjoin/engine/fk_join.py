@@ -231,7 +231,12 @@ def run_foreign_key_join(spec: ForeignKeyJoinSpec, spark: SparkSession) -> dict[
 
     def request(mode: str) -> CommitRequest:
         metadata, token = new_progress_metadata(
-            seq=seq, kind=spec.kind, fingerprint=fingerprint, mode=mode, inputs=inputs_progress
+            seq=seq,
+            kind=spec.kind,
+            fingerprint=fingerprint,
+            mode=mode,
+            inputs=inputs_progress,
+            reason=plan.reason,
         )
         return CommitRequest(metadata, token, transaction_app_id(output.location), seq)
 

@@ -97,6 +97,7 @@ def new_progress_metadata(
     fingerprint: str,
     mode: str,
     inputs: dict[str, InputProgress],
+    reason: str = "",
     extra: dict[str, Any] | None = None,
 ) -> tuple[str, str]:
     """The userMetadata JSON for a commit and the token that identifies this refresh's commit."""
@@ -107,6 +108,7 @@ def new_progress_metadata(
         "kind": kind,
         "fingerprint": fingerprint,
         "mode": mode,
+        "reason": reason,
         "inputs": {side: vars(info) for side, info in inputs.items()},
         "token": token,
         "extra": extra or {},
