@@ -10,6 +10,7 @@ from .errors import ConcurrentRefreshError, FkJoinError, InputDataError, SpecErr
 from .runner import refresh_status, run_spec
 from .session import get_spark
 from .spec import load_spec
+from .stream_join import TableNotBootstrappedError
 from .watermarks import (
     TableMissingError,
     consumed_version,
@@ -24,6 +25,7 @@ __all__ = [
     "InputDataError",
     "SpecError",
     "TableMissingError",
+    "TableNotBootstrappedError",
     "consumed_version",
     "get_spark",
     "high_watermark",

@@ -12,14 +12,19 @@ from dataclasses import dataclass
 
 from delta.exceptions import DeltaConcurrentModificationException
 from pyspark.errors import AnalysisException
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
 from .errors import ConcurrentRefreshError
-from .progress import commit_settings
+from .progress import commit_settings, session_settings
 from .spec import quote
 from .tables import DeltaHandle, null_safe_equal
 
 PRESENT = "_fkjoin_present"
+# Up to this many distinct keys, the MERGE condition names them as literals (see ``_key_prune_condition``).
+KEY_PRUNE_LIMIT = 100_000
+_PRUNABLE_KEY_TYPES = (T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.StringType, T.DateType)
 OUTPUT_PROPERTIES = {
     "delta.enableChangeDataFeed": "true",
     "delta.enableDeletionVectors": "true",
@@ -124,7 +129,11 @@ def merge_output(
     ``source`` holds the key, the value columns and ``_fkjoin_present``. With ``delete_unmatched`` (a full
     rebuild) every output key missing from ``source`` is deleted as well.
     """
-    on = " AND ".join(f"t.{quote(c)} = s.{quote(c)}" for c in key)
+    on = F.expr(" AND ".join(f"t.{quote(c)} = s.{quote(c)}" for c in key))
+    if not delete_unmatched:
+        prune = _key_prune_condition(source, key[0])
+        if prune is not None:
+            on = on & prune
     all_columns = key + value_columns
     values = {quote(c): f"s.{quote(c)}" for c in all_columns}
     changed = f"NOT ({null_safe_equal('t', 's', value_columns)})"
@@ -139,10 +148,93 @@ def merge_output(
         builder = builder.whenNotMatchedBySourceDelete()
     spark = output.spark
     try:
-        with commit_settings(
-            spark, user_metadata=request.user_metadata, app_id=request.app_id, seq=request.seq
+        with (
+            commit_settings(
+                spark, user_metadata=request.user_metadata, app_id=request.app_id, seq=request.seq
+            ),
+            session_settings(spark, {"spark.sql.join.preferSortMergeJoin": "false"}),
         ):
             builder.execute()
     except DeltaConcurrentModificationException as exc:
         raise _concurrent(output, exc) from None
     return _find_commit(output, request)
+
+
+def write_full_output(
+    output: DeltaHandle, rows: DataFrame, key: list[str], value_columns: list[str], request: CommitRequest
+) -> Commit:
+    """Make the output hold exactly ``rows`` (a full rebuild) in one commit.
+
+    Creates the output on the first run; with the same columns it reconciles by MERGE, so only keys
+    whose value changed are rewritten and the change feed stays clean; with other columns (the spec
+    changed them) it replaces the table, schema included.
+
+    >>> write_full_output(output, snapshot_rows, ["product_id"], ["name", "price"], request).version
+    4
+    """
+    if not output.exists():
+        return create_output(output, rows, key, request)
+    current = output.read().schema
+    same = [(f.name, f.dataType) for f in current.fields] == [
+        (f.name, f.dataType) for f in rows.schema.fields
+    ]
+    if same:
+        source = rows.withColumn(PRESENT, F.lit(True))
+        return merge_output(output, source, key, value_columns, request, delete_unmatched=True)
+    return replace_output(output, rows, key, request)
+
+
+def append_output(
+    output: DeltaHandle, rows: DataFrame, request: CommitRequest, *, replace: bool = False
+) -> Commit:
+    """Append ``rows`` to the output (creating it) in one commit, or replace it with them.
+
+    For append-only outputs (a stream join): no key layout, so the rows are written as they come,
+    without a shuffle. The transaction id makes a second writer of the same refresh a no-op
+    (Delta skips a txnVersion it has seen), so a retried append never duplicates rows.
+
+    >>> append_output(output, joined_batch, request).inserted
+    120
+    """
+    creating = not output.exists()
+    writer = (
+        rows.write.format("delta")
+        .mode("overwrite" if replace else "append")
+        .option("userMetadata", request.user_metadata)
+        .option("txnAppId", request.app_id)
+        .option("txnVersion", request.seq)
+    )
+    if replace:
+        writer = writer.option("overwriteSchema", "true")
+    if creating or replace:
+        for name, value in OUTPUT_PROPERTIES.items():
+            writer = writer.option(name, value)
+    try:
+        if output.ref.path is not None:
+            writer.save(output.ref.path)
+        else:
+            writer.saveAsTable(output.ref.name)
+    except DeltaConcurrentModificationException as exc:
+        raise _concurrent(output, exc) from None
+    return _find_commit(output, request)
+
+
+def _key_prune_condition(source: DataFrame, column: str) -> Column | None:
+    """``t.<key> IN (<the source's keys>)`` when the source is small, else None.
+
+    Delta's MERGE joins ``source LEFT OUTER JOIN target`` over every file that holds a changed key,
+    and changes spread over the key range touch every file. Spark cannot broadcast the preserved
+    side of an outer join, so without this the whole output is shuffled. The literal predicate is
+    evaluated in the target's scan: the touched files are still read, but only matching rows reach
+    the join, which then broadcasts them. Delta also uses it to skip files by their key statistics.
+    Only exact-valued types are named as literals; others fall back to the plain join.
+    """
+    if not isinstance(source.schema[column].dataType, _PRUNABLE_KEY_TYPES):
+        return None
+    values = source.select(quote(column)).where(F.col(quote(column)).isNotNull()).distinct()
+    found = values.limit(KEY_PRUNE_LIMIT + 1).collect()
+    if len(found) > KEY_PRUNE_LIMIT:
+        return None
+    if not found:
+        return F.lit(False)
+    return F.col(f"t.{quote(column)}").isin([row[0] for row in found])

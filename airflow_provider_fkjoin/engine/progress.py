@@ -141,6 +141,12 @@ def commit_settings(spark: SparkSession, *, user_metadata: str, app_id: str, seq
         )
 
 
+@contextmanager
+def session_settings(spark: SparkSession, settings: dict[str, str]) -> Iterator[None]:
+    """Set Spark session conf for the duration of a block, then restore what was there."""
+    yield from _with_commit_settings(spark, settings)
+
+
 def _with_commit_settings(spark: SparkSession, settings: dict[str, str]) -> Iterator[None]:
     previous = {key: spark.conf.get(key, None) for key in settings}
     for key, value in settings.items():

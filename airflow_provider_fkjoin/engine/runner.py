@@ -2,24 +2,29 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from pyspark.sql import SparkSession
 
 from .fk_join import run_foreign_key_join
+from .global_table import run_global_table_bootstrap
 from .progress import read_progress
 from .session import get_spark
-from .spec import ForeignKeyJoinSpec, load_spec, spec_fingerprint
+from .spec import AnySpec, load_spec, spec_fingerprint
+from .stream_join import run_stream_table_join
 from .tables import DeltaHandle
 
-_RUNNERS = {
+_RUNNERS: dict[str, Callable[[Any, SparkSession], dict[str, Any]]] = {
     "foreign_key_join": run_foreign_key_join,
+    "global_table_bootstrap": run_global_table_bootstrap,
+    "stream_table_join": run_stream_table_join,
 }
 
 
 def run_spec(
-    spec: ForeignKeyJoinSpec | dict[str, Any] | str | Path, spark: SparkSession | None = None
+    spec: AnySpec | dict[str, Any] | str | Path, spark: SparkSession | None = None
 ) -> dict[str, Any]:
     """Refresh a spec's output once and return the JSON-serialisable result dict (see DESIGN.md).
 
@@ -31,7 +36,7 @@ def run_spec(
 
 
 def refresh_status(
-    spec: ForeignKeyJoinSpec | dict[str, Any] | str | Path, spark: SparkSession | None = None
+    spec: AnySpec | dict[str, Any] | str | Path, spark: SparkSession | None = None
 ) -> dict[str, Any]:
     """Where an output stands: versions consumed per input, lag behind each high watermark, last refresh."""
     loaded = load_spec(spec)

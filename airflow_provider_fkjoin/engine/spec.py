@@ -185,9 +185,220 @@ class ForeignKeyJoinSpec(_Strict):
         return {"left": self.left, "right": self.right}
 
 
-Spec = Annotated[ForeignKeyJoinSpec, Field(discriminator="kind")]
-_SPEC_ADAPTER: TypeAdapter[ForeignKeyJoinSpec] = TypeAdapter(Spec)
-KINDS = ("foreign_key_join",)
+class ChangelogOps(_Strict):
+    """The op column's value for each kind of change event (defaults: Debezium's letters).
+
+    ``create``, ``update`` and ``log`` (a snapshot read, Debezium's ``r``) all upsert the key;
+    ``delete`` removes it.
+    """
+
+    create: str = "c"
+    update: str = "u"
+    delete: str = "d"
+    log: str = "r"
+
+    @model_validator(mode="after")
+    def _distinct(self) -> ChangelogOps:
+        values = [self.create, self.update, self.delete, self.log]
+        if self.delete in {self.create, self.update, self.log}:
+            raise ValueError(f"the delete op {self.delete!r} must differ from the create/update/log ops")
+        if any(not v for v in values):
+            raise ValueError("op values must be non-empty")
+        return self
+
+    @property
+    def upserts(self) -> list[str]:
+        return sorted({self.create, self.update, self.log})
+
+
+class ChangelogFormat(_Strict):
+    """How to read an append-only Delta table of CDC events as the table they describe.
+
+    The table is the latest event per key by ``order_by`` (an offset, LSN or timestamp); a delete
+    removes the key and an event that sorts before the key's current one is ignored.
+    """
+
+    op_column: str
+    order_by: list[str] = Field(min_length=1)
+    ops: ChangelogOps = Field(default_factory=ChangelogOps)
+    columns: list[str] | None = None
+
+    @field_validator("order_by", mode="before")
+    @classmethod
+    def _order_list(cls, value: Any) -> Any:
+        return [value] if isinstance(value, str) else value
+
+    @field_validator("op_column")
+    @classmethod
+    def _op_ok(cls, value: str) -> str:
+        return check_column_name(value)
+
+    @field_validator("order_by", "columns")
+    @classmethod
+    def _names_ok(cls, value: list[str] | None) -> list[str] | None:
+        if value is None:
+            return value
+        for column in value:
+            check_column_name(column)
+        if len(set(value)) != len(value):
+            raise ValueError("lists a column twice")
+        return value
+
+
+class SourceRef(KeyedTableRef):
+    """A keyed input: a Delta table with one row per key, or (with ``changelog``) a CDC event log."""
+
+    changelog: ChangelogFormat | None = None
+
+    @model_validator(mode="after")
+    def _changelog_consistent(self) -> SourceRef:
+        log = self.changelog
+        if log is None:
+            return self
+        special = {log.op_column, *log.order_by}
+        if special & set(self.key):
+            raise ValueError(
+                f"changelog: key columns {sorted(special & set(self.key))} cannot also be the op or "
+                "order column"
+            )
+        if log.op_column in log.order_by:
+            raise ValueError(f"changelog: op_column {log.op_column!r} is also in order_by")
+        if log.columns is not None:
+            bad = sorted(set(log.columns) & (special | set(self.key)))
+            if bad:
+                raise ValueError(
+                    f"changelog.columns: {bad} are key, op or order columns; list only payload columns"
+                )
+        return self
+
+
+class StreamRef(TableRef):
+    """An append-only Delta table of events (a KStream); ``key`` is optional and may be null."""
+
+    key: list[str] | None = None
+
+    @field_validator("key")
+    @classmethod
+    def _key_ok(cls, value: list[str] | None) -> list[str] | None:
+        if value is None:
+            return value
+        if not value:
+            raise ValueError("give at least one column, or leave key out")
+        for column in value:
+            check_column_name(column)
+        if len(set(value)) != len(value):
+            raise ValueError("lists a column twice")
+        return value
+
+
+DEFAULT_BROADCAST_WARN_BYTES = 100 * 1024 * 1024
+DEFAULT_BROADCAST_LIMIT_BYTES = 256 * 1024 * 1024
+
+
+class GlobalTableBootstrapSpec(_Strict):
+    """KIP-99 global table: a source materialised to its high watermark, checkpointed in the output.
+
+    Example::
+
+        {"kind": "global_table_bootstrap",
+         "source": {"path": "/w/products_cdc", "key": ["product_id"],
+                    "changelog": {"op_column": "op", "order_by": ["lsn"]}},
+         "output": {"path": "/w/products_global"}}
+    """
+
+    kind: Literal["global_table_bootstrap"]
+    source: SourceRef
+    output: OutputRef
+    broadcast_warn_bytes: int = Field(default=DEFAULT_BROADCAST_WARN_BYTES, ge=0)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> GlobalTableBootstrapSpec:
+        if self.output.location == self.source.location:
+            raise ValueError("output must be a different table from source")
+        return self
+
+    def inputs(self) -> dict[str, SourceRef]:
+        """The input tables by side name, in the order they appear in results."""
+        return {"source": self.source}
+
+    def tuning_fields(self) -> set[str]:
+        """Tuning fields that do not change the output's content (left out of the fingerprint)."""
+        return {"broadcast_warn_bytes"}
+
+
+class StreamTableJoinSpec(_Strict):
+    """KIP-99 stream-table lookup join: each new stream record joins the table as of its refresh.
+
+    Example::
+
+        {"kind": "stream_table_join",
+         "stream": {"path": "/w/orders_stream"},
+         "table": {"path": "/w/products_global", "key": ["product_id"]},
+         "key_mapper": ["product_id"], "how": "left",
+         "output": {"path": "/w/orders_enriched"}}
+    """
+
+    kind: Literal["stream_table_join"]
+    stream: StreamRef
+    table: SourceRef
+    key_mapper: list[str] | ForeignKeyExpr
+    how: Literal["inner", "left"] = "inner"
+    columns: dict[str, str] | None = None
+    broadcast_limit_bytes: int = Field(default=DEFAULT_BROADCAST_LIMIT_BYTES, ge=0)
+    allow_unbootstrapped_table: bool = False
+    output: OutputRef
+
+    @field_validator("key_mapper")
+    @classmethod
+    def _mapper_ok(cls, value: list[str] | ForeignKeyExpr) -> list[str] | ForeignKeyExpr:
+        if isinstance(value, list):
+            if not value:
+                raise ValueError("needs at least one stream column")
+            for column in value:
+                check_column_name(column)
+        elif not all(e.strip() for e in value.expressions):
+            raise ValueError("expr must be non-empty Spark SQL")
+        return value
+
+    @field_validator("columns")
+    @classmethod
+    def _columns_ok(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        if value is None:
+            return value
+        if not value:
+            raise ValueError("is empty: leave it out for the default projection")
+        for name, expression in value.items():
+            check_column_name(name)
+            if not expression.strip():
+                raise ValueError(f"{name}: expression is empty")
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> StreamTableJoinSpec:
+        mapper = self.key_mapper
+        arity = len(mapper) if isinstance(mapper, list) else len(mapper.expressions)
+        if arity != len(self.table.key):
+            raise ValueError(
+                f"key_mapper has {arity} part(s) but table.key {self.table.key} has {len(self.table.key)}: "
+                "give one stream column (or expression) per table key column, in order"
+            )
+        if self.output.location in {self.stream.location, self.table.location}:
+            raise ValueError("output must be a different table from stream and table")
+        return self
+
+    def inputs(self) -> dict[str, TableRef]:
+        """The input tables by side name, in the order they appear in results."""
+        return {"stream": self.stream, "table": self.table}
+
+    def tuning_fields(self) -> set[str]:
+        """Tuning fields that do not change the output's content (left out of the fingerprint)."""
+        return {"broadcast_limit_bytes", "allow_unbootstrapped_table"}
+
+
+AnySpec = ForeignKeyJoinSpec | GlobalTableBootstrapSpec | StreamTableJoinSpec
+Spec = Annotated[AnySpec, Field(discriminator="kind")]
+_SPEC_ADAPTER: TypeAdapter[AnySpec] = TypeAdapter(Spec)
+KINDS = ("foreign_key_join", "global_table_bootstrap", "stream_table_join")
 
 
 def _field_path(loc: tuple[Any, ...]) -> str:
@@ -195,7 +406,7 @@ def _field_path(loc: tuple[Any, ...]) -> str:
     for item in loc:
         if isinstance(item, int):
             parts.append(f"[{item}]")
-        elif item in KINDS or item in {"list[str]", "ForeignKeyExpr"}:
+        elif item in KINDS or item in {"list[str]", "ForeignKeyExpr", "ChangelogFormat"}:
             continue
         else:
             parts.append(("." if parts else "") + str(item))
@@ -240,7 +451,7 @@ def read_spec_file(path: str | Path) -> dict[str, Any]:
     return data
 
 
-def load_spec(spec: ForeignKeyJoinSpec | dict[str, Any] | str | Path) -> ForeignKeyJoinSpec:
+def load_spec(spec: AnySpec | dict[str, Any] | str | Path) -> AnySpec:
     """Turn a dict, a spec object, or a path to a YAML/JSON file into a validated spec."""
     if isinstance(spec, BaseModel):
         return spec
@@ -257,6 +468,10 @@ def spec_fingerprint(spec: BaseModel) -> str:
     """A short stable hash of everything in a spec that changes the output's content.
 
     Stored in each output commit: a different fingerprint on the next run means a full rebuild.
+    Tuning fields a spec lists in ``tuning_fields()`` (a size limit, say) are left out, so changing
+    them does not rebuild the output.
     """
-    canonical = json.dumps(spec.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    excluded = spec.tuning_fields() if hasattr(spec, "tuning_fields") else set()
+    dumped = spec.model_dump(mode="json", exclude=excluded or None)
+    canonical = json.dumps(dumped, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]

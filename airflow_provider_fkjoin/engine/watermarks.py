@@ -36,7 +36,7 @@ def _open(path: str | Path, storage_options: dict[str, str] | None) -> deltalake
     if location.startswith("file:"):
         location = location.removeprefix("file://").removeprefix("file:")
     try:
-        return deltalake.DeltaTable(location, storage_options=storage_options, without_files=True)
+        return deltalake.DeltaTable(location, storage_options=storage_options)
     except TableNotFoundError as error:
         raise TableMissingError(
             f"no Delta table at {location}: create it first or fix the path ({error})"

@@ -1,0 +1,356 @@
+"""Global tables (Kafka KIP-99): a source bootstrapped to its high watermark, checkpointed, restored.
+
+Kafka's GlobalKTable reads its topic's end offset once at startup (the *high watermark*), restores its
+store from the checkpointed offset (or from the beginning) up to it, and only then lets stream threads
+run; the offset reached is checkpointed so a restart resumes there. Here:
+
+* the source is a keyed Delta table, or a changelog source (:mod:`.changelog`);
+* its latest version, pinned at the start of a refresh, is the high watermark;
+* the output (the global table: keyed, laid out by key for lookups, change data feed on) holds the
+  source as of that version, and the version is written in the same Delta commit as the rows: that
+  commit metadata *is* the checkpoint;
+* a rerun restores from the checkpoint and applies only later versions (the change feed of a table,
+  or the events appended to a changelog); an unusable checkpoint (history vacuumed, spec changed,
+  source recreated, checkpoint ahead of the source) means a full rebuild, and the result says why.
+
+Example::
+
+    run_global_table_bootstrap(load_spec({"kind": "global_table_bootstrap",
+        "source": {"path": "/w/products", "key": ["product_id"]},
+        "output": {"path": "/w/products_global"}}), spark)
+    # {"mode": "incremental", "high_watermark": 12, "checkpoint": 12, "caught_up": True, ...}
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+from pyspark.errors import AnalysisException, ParseException
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from . import changelog as cl
+from .changes import changed_keys, check_keys, maybe_broadcast
+from .errors import SpecError
+from .merge import PRESENT, Commit, CommitRequest, merge_output, write_full_output
+from .planning import InputState, RefreshPlan, cdf_unavailable_reason, plan_refresh
+from .progress import InputProgress, new_progress_metadata, read_progress, transaction_app_id
+from .spec import GlobalTableBootstrapSpec, SourceRef, quote, spec_fingerprint
+from .tables import DeltaHandle, key_is_null, table_size_bytes
+from .trace import phase
+
+log = logging.getLogger(__name__)
+
+SIDE = "source"
+
+
+class FeedUnavailable(Exception):
+    """A change feed cannot serve an incremental refresh; the message is the full-rebuild reason."""
+
+
+def read_feed(table: DeltaHandle, after: int, to: int) -> DataFrame:
+    """The change feed of versions ``after+1..to``, analysed now so vacuumed history fails here."""
+    try:
+        feed = table.changes(after, to)
+        feed.schema  # noqa: B018 - forces analysis: missing versions surface before any job
+    except Exception as exc:  # Delta reports missing history through several exception types
+        if isinstance(exc, AnalysisException | ParseException) and "UNRESOLVED" in str(exc):
+            raise
+        raise FeedUnavailable(cdf_unavailable_reason(table.role, table.location, after, to, exc)) from exc
+    return feed
+
+
+def require_columns(names: list[str], columns: list[str], field_path: str, table: DeltaHandle) -> None:
+    """SpecError naming the first of ``columns`` missing from ``names`` (a table's columns)."""
+    for index, column in enumerate(columns):
+        if column not in names:
+            raise SpecError(
+                f"{field_path}[{index}]: column {column!r} is not in {table.role} table {table.location} "
+                f"(columns: {', '.join(names)})"
+            )
+
+
+@dataclass(frozen=True)
+class SourceShape:
+    """The global table's columns: key, value columns (payload, plus ``_fkjoin_order`` for changelogs)."""
+
+    key: list[str]
+    value_columns: list[str]
+    changelog: cl.ChangelogShape | None
+
+
+def resolve_source(ref: SourceRef, table: DeltaHandle, frame: DataFrame) -> SourceShape:
+    """Check the source spec against the live table; reads no data."""
+    if ref.changelog is not None:
+        shape = cl.resolve_changelog(ref, table, frame.schema)
+        return SourceShape(list(ref.key), [*shape.payload, cl.ORDER_COLUMN], shape)
+    names = frame.columns
+    require_columns(names, list(ref.key), f"{table.role}.key", table)
+    return SourceShape(list(ref.key), [c for c in names if c not in ref.key], None)
+
+
+def _rows(
+    commit: Commit | None = None,
+    *,
+    changes: int = 0,
+    null_keys: int = 0,
+    null_orders: int = 0,
+    ignored: int = 0,
+) -> dict[str, Any]:
+    return {
+        "inserted": commit.inserted if commit else 0,
+        "updated": commit.updated if commit else 0,
+        "deleted": commit.deleted if commit else 0,
+        "changes_read": {SIDE: changes},
+        "null_keys_dropped": {SIDE: null_keys},
+        "null_order_dropped": {SIDE: null_orders},
+        "out_of_order_ignored": ignored,
+    }
+
+
+def run_global_table_bootstrap(spec: GlobalTableBootstrapSpec, spark: SparkSession) -> dict[str, Any]:
+    """Bring the global table to the source's high watermark once; see the module docstring."""
+    started = time.monotonic()
+    source = DeltaHandle(spark, spec.source, SIDE)
+    output = DeltaHandle(spark, spec.output, "output")
+    source.require()
+    state = source.state()
+    high_watermark = state.version
+    phase("pinned")
+    source_df = source.read(high_watermark)
+    shape = resolve_source(spec.source, source, source_df)
+    warnings: list[str] = []
+    if not state.cdf_enabled:
+        warnings.append(
+            f"change data feed is off on source {source.location}: every refresh will be a full rebuild; "
+            "enable it with ALTER TABLE ... SET TBLPROPERTIES (delta.enableChangeDataFeed = true)"
+        )
+
+    fingerprint = spec_fingerprint(spec)
+    previous = read_progress(output)
+    current = {SIDE: InputState(source.location, state.table_id, high_watermark, state.cdf_enabled)}
+    plan = plan_refresh(previous=previous, fingerprint=fingerprint, kind=spec.kind, current=current)
+
+    def result(plan: RefreshPlan, output_version: int | None, rows: dict[str, Any]) -> dict[str, Any]:
+        latest = source.state().version
+        if output_version is not None:
+            size = table_size_bytes(output, output_version)
+            if size > spec.broadcast_warn_bytes:
+                warnings.append(
+                    f"global table {output.location} is {size} bytes on disk, above broadcast_warn_bytes "
+                    f"({spec.broadcast_warn_bytes}): a stream_table_join may not broadcast it (each "
+                    "broadcast costs a few times that in memory); consider a foreign_key_join instead"
+                )
+        for warning in warnings:
+            log.warning(warning)
+        return {
+            "kind": spec.kind,
+            "mode": plan.mode,
+            "reason": plan.reason,
+            "output": {"path": output.location, "version": output_version},
+            "inputs": {
+                SIDE: {
+                    "path": source.location,
+                    "from_version": plan.from_versions.get(SIDE),
+                    "to_version": high_watermark,
+                }
+            },
+            "rows": rows,
+            "high_watermark": high_watermark,
+            "checkpoint": high_watermark,
+            "caught_up": high_watermark >= latest,
+            "warnings": warnings,
+            "duration_s": round(time.monotonic() - started, 3),
+        }
+
+    if plan.mode == "noop":
+        assert previous is not None
+        phase("committed")
+        return result(plan, previous.output_version, _rows())
+
+    seq = (previous.seq if previous else 0) + 1
+    inputs_progress = {SIDE: InputProgress(source.location, state.table_id, high_watermark)}
+
+    def request(mode: str, reason: str) -> CommitRequest:
+        metadata, token = new_progress_metadata(
+            seq=seq,
+            kind=spec.kind,
+            fingerprint=fingerprint,
+            mode=mode,
+            inputs=inputs_progress,
+            reason=reason,
+        )
+        return CommitRequest(metadata, token, transaction_app_id(output.location), seq)
+
+    if plan.mode == "incremental":
+        after = plan.from_versions[SIDE]
+        assert after is not None
+        make_request = partial(request, "incremental", plan.reason)
+        try:
+            if shape.changelog is None:
+                commit, rows = _incremental_table(
+                    shape, source, output, after, high_watermark, source_df, make_request
+                )
+            else:
+                commit, rows = _incremental_changelog(
+                    shape.changelog, shape, source, output, after, high_watermark, make_request
+                )
+        except FeedUnavailable as unavailable:
+            plan = RefreshPlan("full", str(unavailable), dict.fromkeys(current))
+        else:
+            phase("committed")
+            return result(plan, commit.version, rows)
+
+    reason = plan.reason
+    commit, rows = _full(shape, source, output, high_watermark, source_df, partial(request, "full", reason))
+    phase("committed")
+    return result(plan, commit.version, rows)
+
+
+def _full(
+    shape: SourceShape,
+    source: DeltaHandle,
+    output: DeltaHandle,
+    version: int,
+    source_df: DataFrame,
+    request: Callable[[], CommitRequest],
+) -> tuple[Commit, dict[str, Any]]:
+    """Materialise the source at ``version`` into the output (create, reconcile, or replace)."""
+    if shape.changelog is None:
+        null_keys = check_keys(source_df, shape.key, source, version, count_nulls=True)
+        rows = source_df.where(~key_is_null(shape.key))
+        stats = None
+    else:
+        stats = cl.check_events(source_df, shape.changelog, source)
+        null_keys = stats.null_keys
+        rows = cl.latest_state(source_df, shape.changelog, keep_order=True)
+    phase("changes_read")
+    phase("merge_started")
+    commit = write_full_output(output, rows, shape.key, shape.value_columns, request())
+    return commit, _rows(commit, null_keys=null_keys, null_orders=stats.null_orders if stats else 0)
+
+
+def _incremental_table(
+    shape: SourceShape,
+    source: DeltaHandle,
+    output: DeltaHandle,
+    after: int,
+    to: int,
+    source_df: DataFrame,
+    request: Callable[[], CommitRequest],
+) -> tuple[Commit, dict[str, Any]]:
+    """A keyed source: re-read the keys its change feed touched from the pinned snapshot and merge them."""
+    try:
+        changes = changed_keys(source, shape.key, after, to)
+    except Exception as exc:
+        if isinstance(exc, AnalysisException | ParseException) and "UNRESOLVED" in str(exc):
+            raise
+        raise FeedUnavailable(cdf_unavailable_reason(SIDE, source.location, after, to, exc)) from exc
+    phase("changes_read")
+    cached: list[DataFrame] = []
+    try:
+        keys = maybe_broadcast(changes.keys, changes.count)
+        rows = source_df.where(~key_is_null(shape.key)).join(keys, on=shape.key, how="left_semi").persist()
+        cached.append(rows)
+        check_keys(rows, shape.key, source, to, count_nulls=False)
+        retractions = changes.keys.join(
+            rows.select(*[quote(c) for c in shape.key]), on=shape.key, how="left_anti"
+        )
+        merge_source = rows.withColumn(PRESENT, F.lit(True)).unionByName(
+            retractions.withColumn(PRESENT, F.lit(False)), allowMissingColumns=True
+        )
+        phase("merge_started")
+        commit = merge_output(
+            output, maybe_broadcast(merge_source, changes.count), shape.key, shape.value_columns, request()
+        )
+    finally:
+        for frame in cached:
+            frame.unpersist()
+        changes.release()
+    return commit, _rows(commit, changes=changes.change_rows, null_keys=changes.null_keys)
+
+
+def _incremental_changelog(
+    log_shape: cl.ChangelogShape,
+    shape: SourceShape,
+    source: DeltaHandle,
+    output: DeltaHandle,
+    after: int,
+    to: int,
+    request: Callable[[], CommitRequest],
+) -> tuple[Commit, dict[str, Any]]:
+    """A changelog source: apply only the events appended since the checkpoint.
+
+    Each key's newest new event wins if it sorts after the key's current event: the ``_fkjoin_order``
+    the output holds for present keys, or, for absent keys, the latest delete in the events up to the
+    checkpoint (a late event must not revive a deleted key).
+    """
+    feed = read_feed(source, after, to)
+    needed = [*shape.key, log_shape.op_column, *log_shape.order_by, *log_shape.payload]
+    batch = feed.select(*[F.col(quote(c)) for c in dict.fromkeys(needed)], "_change_type").persist()
+    cached: list[DataFrame] = [batch]
+    try:
+        try:
+            rewritten = batch.where(F.col("_change_type") != "insert").limit(1).count()
+        except Exception as exc:  # vacuumed change files surface when the feed is first read
+            raise FeedUnavailable(cdf_unavailable_reason(SIDE, source.location, after, to, exc)) from exc
+        if rewritten:
+            raise FeedUnavailable(
+                f"changelog source {source.location} is not append-only: versions {after + 1}..{to} "
+                "deleted or updated events, so the log is read again from scratch"
+            )
+        events = batch.drop("_change_type")
+        stats = cl.check_events(events, log_shape, source)
+        newest = cl.latest_events(cl.usable_events(events, log_shape), log_shape).persist()
+        cached.append(newest)
+        keys = newest.select(*[quote(c) for c in shape.key])
+        key_count = keys.count()
+        phase("changes_read")
+        previous_order = "_fkjoin_prev"
+        present = (
+            output.read()
+            .select(*[quote(c) for c in shape.key], F.col(cl.ORDER_COLUMN).alias(previous_order))
+            .join(maybe_broadcast(keys, key_count), on=shape.key, how="left_semi")
+            .persist()
+        )
+        cached.append(present)
+        absent = keys.join(
+            present.select(*[quote(c) for c in shape.key]), on=shape.key, how="left_anti"
+        ).persist()
+        cached.append(absent)
+        known = present
+        if absent.count():
+            tombstones = cl.tombstone_orders(source.read(after), log_shape, absent)
+            known = present.unionByName(tombstones.withColumnRenamed(cl.ORDER_COLUMN, previous_order))
+        decided = (
+            newest.join(known, on=shape.key, how="left")
+            .where(F.col(previous_order).isNull() | (F.col(cl.ORDER_COLUMN) > F.col(previous_order)))
+            .persist()
+        )
+        cached.append(decided)
+        applied = decided.count()
+        merge_source = decided.select(
+            *[quote(c) for c in shape.key],
+            *[quote(c) for c in shape.value_columns],
+            (~F.col("is_delete")).alias(PRESENT),
+        )
+        phase("merge_started")
+        commit = merge_output(
+            output, maybe_broadcast(merge_source, applied), shape.key, shape.value_columns, request()
+        )
+    finally:
+        for frame in cached:
+            frame.unpersist()
+    rows = _rows(
+        commit,
+        changes=stats.events,
+        null_keys=stats.null_keys,
+        null_orders=stats.null_orders,
+        ignored=key_count - applied,
+    )
+    return commit, rows

@@ -1,0 +1,481 @@
+"""Stream-table lookup join (Kafka KIP-99 ``KStream.join(GlobalKTable)``), one refresh at a time.
+
+Each refresh pins the stream's and the table's latest versions, reads the stream records appended
+since the last refresh (the stream's change feed), joins each to the table **as of the pinned
+version**, and appends the results to the output in one Delta commit that also records the stream
+version consumed (exactly once). It is a lookup: table changes never re-emit or retract earlier
+output, a table update only affects stream records of later refreshes, and a refresh with no new
+stream version is a ``noop`` even if the table changed.
+
+* At most one output row per stream record (the table has one row per key; a duplicate among the
+  looked-up keys is an InputDataError).
+* Inner join: a record whose mapped key is null or missing from the table emits nothing. Left join:
+  it emits the record with a null table side (KAFKA-19208's behaviour for a null mapped key).
+  A null *stream* key is fine (KAFKA-10277): only the mapped key matters.
+* The table is broadcast (the stream is never shuffled, which is the point of a global table). An
+  incremental refresh first narrows the table to the batch's mapped keys, so only that small slice
+  is broadcast; a full refresh broadcasts the whole table when its on-disk size is within
+  ``broadcast_limit_bytes``, and above it falls back to a shuffle join with a warning.
+* When the table is a global table (a ``global_table_bootstrap`` output) whose checkpoint is behind
+  its source's high watermark, the refresh refuses to start (``TableNotBootstrappedError``) unless the
+  spec sets ``allow_unbootstrapped_table``: Kafka starts stream threads only after global tables
+  are restored.
+
+Example::
+
+    run_stream_table_join(load_spec({"kind": "stream_table_join",
+        "stream": {"path": "/w/orders_stream"},
+        "table": {"path": "/w/products_global", "key": ["product_id"]},
+        "key_mapper": ["product_id"], "how": "left", "output": {"path": "/w/orders_enriched"}}), spark)
+    # {"mode": "incremental", "rows": {"inserted": 120, "stream_records_read": 120, ...}, ...}
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.errors import AnalysisException, ParseException
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from . import changelog as cl
+from . import watermarks
+from .changes import BROADCAST_LIMIT_ROWS, check_keys
+from .errors import FkJoinError, SpecError
+from .global_table import FeedUnavailable, read_feed, require_columns
+from .merge import Commit, CommitRequest, append_output
+from .planning import InputState, RefreshPlan, plan_refresh
+from .progress import InputProgress, new_progress_metadata, read_progress, transaction_app_id
+from .spec import RESERVED_PREFIX, StreamTableJoinSpec, TableRef, quote, spec_fingerprint
+from .tables import CDF_COLUMNS, DeltaHandle, TableState, key_is_null, table_size_bytes
+from .trace import phase
+
+log = logging.getLogger(__name__)
+
+MAPPED_PREFIX = "_fkjoin_mk"
+BOOTSTRAP_KIND = "global_table_bootstrap"
+
+
+class TableNotBootstrappedError(FkJoinError):
+    """The join's table is a global table whose checkpoint is behind its source's high watermark.
+
+    Retryable: once the table's ``global_table_bootstrap`` has run, the join can start.
+    """
+
+    retryable = True
+
+
+def _analysed(what: str, build: Any) -> Any:
+    """Run Spark analysis of user SQL and turn its failure into a SpecError naming the field."""
+    try:
+        return build()
+    except (AnalysisException, ParseException) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise SpecError(f"{what}: {first[:300]}") from None
+
+
+@dataclass(frozen=True)
+class StreamJoinShape:
+    """The join's columns, resolved against the live schemas."""
+
+    table_key: list[str]
+    mapped_columns: list[str]
+    mapped_exprs: list[Column]
+    output_columns: list[str]
+    projection: list[Column]
+
+
+class LookupTable:
+    """The table side as the join sees it: key and value columns, from a table or a changelog source.
+
+    A global table's internal ``_fkjoin_*`` columns are left out.
+    """
+
+    def __init__(self, spec: StreamTableJoinSpec, handle: DeltaHandle, version: int) -> None:
+        self.handle = handle
+        self.version = version
+        self.key = list(spec.table.key)
+        raw = handle.read(version)
+        self.changelog = (
+            cl.resolve_changelog(spec.table, handle, raw.schema) if spec.table.changelog is not None else None
+        )
+        self.raw = raw
+        if self.changelog is None:
+            require_columns(raw.columns, self.key, "table.key", handle)
+            self.columns = [c for c in raw.columns if not c.startswith(RESERVED_PREFIX)]
+        else:
+            self.columns = self.changelog.table_columns
+
+    def rows(self, keys: DataFrame | None = None) -> DataFrame:
+        """The table's rows (non-null keys), narrowed to ``keys`` (a small frame of key columns) if given."""
+        if self.changelog is None:
+            frame = self.raw.where(~key_is_null(self.key)).select(*[quote(c) for c in self.columns])
+            if keys is not None:
+                frame = frame.join(F.broadcast(keys), on=self.key, how="left_semi")
+            return frame
+        events = self.raw
+        if keys is not None:
+            events = events.join(F.broadcast(keys), on=self.key, how="left_semi")
+        return cl.latest_state(events, self.changelog, keep_order=False)
+
+    def empty(self) -> DataFrame:
+        return self.rows().limit(0)
+
+
+def resolve_shape(
+    spec: StreamTableJoinSpec, stream: DeltaHandle, stream_df: DataFrame, table: LookupTable
+) -> StreamJoinShape:
+    """Check the spec against the live tables and build the column expressions; reads no data."""
+    stream_names = stream_df.columns
+    if spec.stream.key:
+        require_columns(stream_names, spec.stream.key, "stream.key", stream)
+    table_df = table.empty()
+    table_types = {f.name: f.dataType for f in table_df.schema.fields}
+    mapped_columns = [f"{MAPPED_PREFIX}{i}" for i in range(len(spec.table.key))]
+    if isinstance(spec.key_mapper, list):
+        require_columns(stream_names, spec.key_mapper, "key_mapper", stream)
+        exprs = [F.col(quote(c)) for c in spec.key_mapper]
+        sources = [f"stream column {c!r}" for c in spec.key_mapper]
+        paths = [f"key_mapper[{i}]" for i in range(len(exprs))]
+    else:
+        exprs = [F.expr(e) for e in spec.key_mapper.expressions]
+        sources = [f"expression {e!r}" for e in spec.key_mapper.expressions]
+        paths = [f"key_mapper.expr[{i}]" for i in range(len(exprs))]
+    typed = _analysed(
+        "key_mapper",
+        lambda: stream_df.select(*[e.alias(n) for e, n in zip(exprs, mapped_columns, strict=True)]),
+    )
+    for index, (field, key_column) in enumerate(zip(typed.schema.fields, spec.table.key, strict=True)):
+        expected = table_types[key_column]
+        if field.dataType != expected:
+            raise SpecError(
+                f"{paths[index]}: {sources[index]} is {field.dataType.simpleString()} but table.key "
+                f"{key_column!r} is {expected.simpleString()}; keys compare by exact value, so cast it: "
+                f'key_mapper: {{expr: "CAST(... AS {expected.simpleString().upper()})"}}'
+            )
+    if spec.columns is None:
+        values = [c for c in table.columns if c not in spec.table.key]
+        clash = sorted(set(values) & set(stream_names))
+        if clash:
+            raise SpecError(
+                f"columns: the default projection (every stream column, then every table non-key column) "
+                f"has {clash} on both sides; set 'columns' to name the output columns, e.g. "
+                f"columns: {{table_{clash[0]}: t.{clash[0]}}}"
+            )
+        output_columns = stream_names + values
+        projection = [F.col(f"s.{quote(c)}").alias(c) for c in stream_names] + [
+            F.col(f"t.{quote(c)}").alias(c) for c in values
+        ]
+    else:
+        key = [c for c in spec.stream.key or [] if c not in spec.columns]
+        output_columns = key + list(spec.columns)
+        projection = [F.col(f"s.{quote(c)}").alias(c) for c in key] + [
+            F.expr(expression).alias(name) for name, expression in spec.columns.items()
+        ]
+    probe = stream_df.limit(0).alias("s").join(table_df.alias("t"), F.lit(False), "left")
+    _analysed("columns", lambda: probe.select(*projection))
+    return StreamJoinShape(list(spec.table.key), mapped_columns, exprs, output_columns, projection)
+
+
+def lookup_join(
+    records: DataFrame, table_rows: DataFrame, shape: StreamJoinShape, how: str, *, broadcast: bool
+) -> DataFrame:
+    """Join stream records to table rows by the mapped key and project the output columns.
+
+    With ``broadcast`` the table side is broadcast (a BroadcastHashJoin: the stream is not shuffled);
+    without, a sort-merge join is forced. A null mapped key never matches (equality with null is not
+    true), so the inner join drops the record and the left join keeps it with a null table side.
+    """
+    mapped = records.select(
+        "*", *[e.alias(n) for e, n in zip(shape.mapped_exprs, shape.mapped_columns, strict=True)]
+    )
+    side = F.broadcast(table_rows) if broadcast else table_rows.hint("merge")
+    condition = None
+    for mapped_column, key_column in zip(shape.mapped_columns, shape.table_key, strict=True):
+        term = F.col(f"s.{mapped_column}") == F.col(f"t.{quote(key_column)}")
+        condition = term if condition is None else condition & term
+    joined = mapped.alias("s").join(side.alias("t"), condition, "inner" if how == "inner" else "left")
+    return joined.select(*shape.projection)
+
+
+def check_bootstrapped(spec: StreamTableJoinSpec, table: DeltaHandle) -> str | None:
+    """Refuse to start when the table is a global table behind its source (Kafka's bootstrap latch).
+
+    Returns a warning when the spec allows it, None when the table is not a global table or is caught
+    up. Reads only Delta logs (``watermarks``, no Spark job for local tables).
+    """
+    if spec.table.changelog is not None:
+        return None
+    local = table.local_path
+    if local is not None:
+        latest = watermarks.progress(local)
+        if latest is None or latest["kind"] != BOOTSTRAP_KIND or "source" not in latest["inputs"]:
+            return None
+        source_location = str(latest["inputs"]["source"]["location"])
+        checkpoint = int(latest["inputs"]["source"]["version"])
+    else:
+        previous = read_progress(table)
+        if previous is None or previous.kind != BOOTSTRAP_KIND or "source" not in previous.inputs:
+            return None
+        source_location = previous.inputs["source"].location
+        checkpoint = previous.inputs["source"].version
+    source_ref = (
+        TableRef(name=source_location.removeprefix("name:"))
+        if source_location.startswith("name:")
+        else TableRef(path=source_location)
+    )
+    source = DeltaHandle(table.spark, source_ref, "source")
+    try:
+        if source.local_path is not None:
+            high = watermarks.high_watermark(source.local_path)
+        else:
+            high = source.state().version
+    except watermarks.TableMissingError:
+        return f"global table {table.location}: its source {source_location} is gone; joining the table as is"
+    if checkpoint >= high:
+        return None
+    message = (
+        f"table {table.location} is a global table at checkpoint version {checkpoint} of its source "
+        f"{source_location}, behind the source's high watermark {high}"
+    )
+    if not spec.allow_unbootstrapped_table:
+        raise TableNotBootstrappedError(
+            f"{message}: run its global_table_bootstrap first (stream records must see the fully "
+            "bootstrapped table), or set allow_unbootstrapped_table: true to join the table as it is. "
+            "Nothing was written."
+        )
+    return f"{message}; joining it anyway (allow_unbootstrapped_table)"
+
+
+def _rows(
+    commit: Commit | None = None,
+    *,
+    read: int = 0,
+    ignored: int = 0,
+    looked_up: int = 0,
+    strategy: str = "none",
+) -> dict[str, Any]:
+    return {
+        "inserted": commit.inserted if commit else 0,
+        "updated": 0,
+        "deleted": 0,
+        "stream_records_read": read,
+        "stream_changes_ignored": ignored,
+        "table_rows_looked_up": looked_up,
+        "join_strategy": strategy,
+    }
+
+
+def run_stream_table_join(spec: StreamTableJoinSpec, spark: SparkSession) -> dict[str, Any]:
+    """Join the stream records appended since the last refresh to the pinned table; append the result."""
+    started = time.monotonic()
+    stream = DeltaHandle(spark, spec.stream, "stream")
+    table = DeltaHandle(spark, spec.table, "table")
+    output = DeltaHandle(spark, spec.output, "output")
+    stream.require()
+    table.require()
+    warnings: list[str] = []
+    bootstrap_warning = check_bootstrapped(spec, table)
+    if bootstrap_warning:
+        warnings.append(bootstrap_warning)
+
+    states: dict[str, TableState] = {"stream": stream.state(), "table": table.state()}
+    versions = {side: state.version for side, state in states.items()}
+    phase("pinned")
+    stream_df = stream.read(versions["stream"])
+    lookup = LookupTable(spec, table, versions["table"])
+    shape = resolve_shape(spec, stream, stream_df, lookup)
+    if not states["stream"].cdf_enabled:
+        warnings.append(
+            f"change data feed is off on stream {stream.location}: every refresh re-joins the whole stream "
+            "against the current table; enable it with ALTER TABLE ... SET TBLPROPERTIES "
+            "(delta.enableChangeDataFeed = true)"
+        )
+    if spec.table.changelog is not None:
+        warnings.append(
+            f"table {table.location} is a changelog source: each refresh reduces its events to the latest "
+            "per key; bootstrap it into a global table (global_table_bootstrap) to join a materialised table"
+        )
+
+    fingerprint = spec_fingerprint(spec)
+    previous = read_progress(output)
+    s_state = states["stream"]
+    current = {
+        "stream": InputState(stream.location, s_state.table_id, versions["stream"], s_state.cdf_enabled)
+    }
+    plan = plan_refresh(previous=previous, fingerprint=fingerprint, kind=spec.kind, current=current)
+    locations = {"stream": stream.location, "table": table.location}
+
+    def result(plan: RefreshPlan, output_version: int | None, rows: dict[str, Any]) -> dict[str, Any]:
+        for warning in warnings:
+            log.warning(warning)
+        table_from = previous.inputs["table"].version if previous and "table" in previous.inputs else None
+        return {
+            "kind": spec.kind,
+            "mode": plan.mode,
+            "reason": plan.reason,
+            "output": {"path": output.location, "version": output_version},
+            "inputs": {
+                "stream": {
+                    "path": locations["stream"],
+                    "from_version": plan.from_versions.get("stream"),
+                    "to_version": versions["stream"],
+                },
+                "table": {
+                    "path": locations["table"],
+                    "from_version": table_from if plan.mode != "full" else None,
+                    "to_version": versions["table"] if plan.mode != "noop" else table_from,
+                },
+            },
+            "rows": rows,
+            "warnings": warnings,
+            "duration_s": round(time.monotonic() - started, 3),
+        }
+
+    if plan.mode == "noop":
+        assert previous is not None
+        phase("committed")
+        return result(plan, previous.output_version, _rows())
+
+    seq = (previous.seq if previous else 0) + 1
+    inputs_progress = {
+        side: InputProgress(locations[side], states[side].table_id, versions[side])
+        for side in ("stream", "table")
+    }
+
+    def request(mode: str, reason: str) -> CommitRequest:
+        metadata, token = new_progress_metadata(
+            seq=seq, kind=spec.kind, fingerprint=fingerprint, mode=mode, inputs=inputs_progress, reason=reason
+        )
+        return CommitRequest(metadata, token, transaction_app_id(output.location), seq)
+
+    if plan.mode == "incremental":
+        after = plan.from_versions["stream"]
+        assert after is not None
+        try:
+            commit, rows = _incremental(
+                spec,
+                shape,
+                stream,
+                lookup,
+                output,
+                after,
+                versions["stream"],
+                warnings,
+                request("incremental", plan.reason),
+            )
+        except FeedUnavailable as unavailable:
+            plan = RefreshPlan("full", str(unavailable), {"stream": None})
+        else:
+            phase("committed")
+            return result(plan, commit.version, rows)
+
+    commit, rows = _full(spec, shape, stream_df, lookup, output, warnings, request("full", plan.reason))
+    phase("committed")
+    return result(plan, commit.version, rows)
+
+
+def _full(
+    spec: StreamTableJoinSpec,
+    shape: StreamJoinShape,
+    stream_df: DataFrame,
+    lookup: LookupTable,
+    output: DeltaHandle,
+    warnings: list[str],
+    request: CommitRequest,
+) -> tuple[Commit, dict[str, Any]]:
+    """Join every stream record to the pinned table; create or replace the output."""
+    size = table_size_bytes(lookup.handle, lookup.version)
+    broadcast = size <= spec.broadcast_limit_bytes
+    if not broadcast:
+        warnings.append(
+            f"table {lookup.handle.location} is {size} bytes on disk, above broadcast_limit_bytes "
+            f"({spec.broadcast_limit_bytes}): the whole stream is shuffled for a sort-merge join"
+        )
+    table_rows = lookup.rows()
+    if lookup.changelog is None:
+        check_keys(table_rows, lookup.key, lookup.handle, lookup.version, count_nulls=False)
+    phase("changes_read")
+    joined = lookup_join(stream_df, table_rows, shape, spec.how, broadcast=broadcast)
+    phase("merge_started")
+    commit = append_output(output, joined, request, replace=output.exists())
+    return commit, _rows(commit, read=_row_count(stream_df), strategy="broadcast" if broadcast else "shuffle")
+
+
+def _row_count(frame: DataFrame) -> int:
+    """Rows of a pinned Delta snapshot: Delta answers ``count()`` from the log's file statistics when
+    they cover every file (a metadata-only query), else it runs a count job."""
+    return int(frame.count())
+
+
+def _incremental(
+    spec: StreamTableJoinSpec,
+    shape: StreamJoinShape,
+    stream: DeltaHandle,
+    lookup: LookupTable,
+    output: DeltaHandle,
+    after: int,
+    to: int,
+    warnings: list[str],
+    request: CommitRequest,
+) -> tuple[Commit, dict[str, Any]]:
+    """Join the stream records appended in versions ``after+1..to`` and append them.
+
+    The table is first narrowed to the batch's mapped keys (a scan of the table, no shuffle), and
+    that slice is broadcast into the join.
+    """
+    feed = read_feed(stream, after, to).persist()
+    cached: list[DataFrame] = [feed]
+    try:
+        try:
+            counts = {row[0]: int(row[1]) for row in feed.groupBy("_change_type").count().collect()}
+        except Exception as exc:  # vacuumed change files surface when the feed is first read
+            raise FeedUnavailable(
+                f"change feed of input stream ({stream.location}) for versions {after + 1}..{to} is "
+                f"unavailable (history vacuumed or CDF was off): {str(exc).splitlines()[0][:200]}"
+            ) from exc
+        read = counts.get("insert", 0)
+        ignored = sum(n for change, n in counts.items() if change not in {"insert", "update_preimage"})
+        if ignored:
+            warnings.append(
+                f"stream {stream.location} deleted or updated {ignored} record(s) in versions {after + 1}.."
+                f"{to}; a stream is append-only, so they were ignored (earlier output is never retracted)"
+            )
+        records = feed.where(F.col("_change_type") == "insert").drop(*CDF_COLUMNS)
+        phase("changes_read")
+        if read > BROADCAST_LIMIT_ROWS:
+            size = table_size_bytes(lookup.handle, lookup.version)
+            broadcast = size <= spec.broadcast_limit_bytes
+            table_rows = lookup.rows()
+            looked_up = 0
+            if not broadcast:
+                warnings.append(
+                    f"table {lookup.handle.location} is {size} bytes on disk, above broadcast_limit_bytes "
+                    f"({spec.broadcast_limit_bytes}): the batch is shuffled for a sort-merge join"
+                )
+        else:
+            mapped = records.select(
+                *[e.alias(k) for e, k in zip(shape.mapped_exprs, shape.table_key, strict=True)]
+            ).where(~key_is_null(shape.table_key))
+            table_rows = lookup.rows(mapped.distinct()).persist()
+            cached.append(table_rows)
+            check_keys(table_rows, lookup.key, lookup.handle, lookup.version, count_nulls=False)
+            looked_up = table_rows.count()
+            broadcast = True
+        joined = lookup_join(records, table_rows, shape, spec.how, broadcast=broadcast)
+        phase("merge_started")
+        commit = append_output(output, joined, request)
+    finally:
+        for frame in cached:
+            frame.unpersist()
+    rows = _rows(
+        commit,
+        read=read,
+        ignored=ignored,
+        looked_up=looked_up,
+        strategy="broadcast" if broadcast else "shuffle",
+    )
+    return commit, rows

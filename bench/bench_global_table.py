@@ -1,0 +1,170 @@
+#!/usr/bin/env python
+"""Benchmark: global-table catch-up vs full bootstrap, and incremental stream-table join vs full recompute.
+
+Data from ``datagen`` (deterministic): the stream is the ``orders`` table (append-only events), the
+table is ``customers`` (key ``customer_id``, CDF on). In one run:
+
+  (a) ``global_table_bootstrap`` full bootstrap of customers into a global table (timed);
+  (b) 0.1% of the table's rows changed (80% updates, 10% deletes, 10% inserts; not timed);
+  (c) ``global_table_bootstrap`` catch-up, incremental (timed). Target: (c) <= 0.2 x (a);
+  (d) full recompute of the stream join: every stream event joined to the global table (broadcast),
+      written as a new Delta table (timed); the engine's own first full run is timed too;
+  (e) 0.1% new events appended to the stream (not timed);
+  (f) ``stream_table_join`` incremental refresh (timed). Target: (f) <= 0.1 x (d).
+
+Both incremental results are checked: the global table's row count equals the source's, and the
+join output grew by exactly the number of new events (left join).
+
+    .venv/bin/python bench/bench_global_table.py --stream-rows 10000000 --table-rows 1000000
+    .venv/bin/python bench/bench_global_table.py --quick     # 1M events, 100K rows
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(REPO))
+
+import datagen  # noqa: E402
+
+SPARK_CONF = {"spark.driver.memory": "8g", "spark.sql.shuffle.partitions": "8"}
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--stream-rows", type=int, default=10_000_000)
+    p.add_argument("--table-rows", type=int, default=1_000_000)
+    p.add_argument("--fraction", type=float, default=0.001, help="share of rows changed / appended (0.1%%)")
+    p.add_argument("--repeat", type=int, default=1, help="change + refresh cycles")
+    p.add_argument("--workdir", type=Path, default=REPO / "bench" / "data")
+    p.add_argument("--master", default="local[2]")
+    p.add_argument("--json-out", type=Path, default=None)
+    p.add_argument("--quick", action="store_true", help="1M events against 100K rows")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.stream_rows, args.table_rows = 1_000_000, 100_000
+    return args
+
+
+def timed(fn):
+    start = time.monotonic()
+    value = fn()
+    return time.monotonic() - start, value
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    from pyspark.sql import functions as F
+
+    from airflow_provider_fkjoin.engine import get_spark, run_spec
+
+    spark = get_spark(args.master, conf=SPARK_CONF)
+    base = datagen.ensure_base_tables(spark, args.workdir, args.stream_rows, args.table_rows)
+    run = args.workdir / "gt_run" / f"S{args.stream_rows}_T{args.table_rows}"
+    if run.exists():
+        shutil.rmtree(run)
+    run.mkdir(parents=True)
+    stream, table, glob = run / "orders", run / "customers", run / "customers_global"
+    out, baseline = run / "orders_enriched", run / "baseline_join"
+    datagen.copy_table(base.left, stream)
+    datagen.copy_table(base.right, table)
+    boot = {
+        "kind": "global_table_bootstrap",
+        "source": {"path": str(table), "key": ["customer_id"]},
+        "output": {"path": str(glob)},
+    }
+    join = {
+        "kind": "stream_table_join",
+        "stream": {"path": str(stream), "key": ["order_id"]},
+        "table": {"path": str(glob), "key": ["customer_id"]},
+        "key_mapper": ["customer_id"],
+        "how": "left",
+        "output": {"path": str(out)},
+    }
+    results: dict = {
+        "stream_rows": args.stream_rows,
+        "table_rows": args.table_rows,
+        "fraction": args.fraction,
+        "machine": {
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+            "master": args.master,
+            "load_avg_start": os.getloadavg(),
+        },
+        "cycles": [],
+    }
+    secs, first_boot = timed(lambda: run_spec(boot, spark=spark))
+    assert first_boot["mode"] == "full", first_boot
+    results["bootstrap_full_s"] = round(secs, 2)
+    print(f"(a) full bootstrap: {secs:.2f}s")
+
+    def full_recompute() -> None:
+        events = spark.read.format("delta").load(str(stream))
+        lookup = spark.read.format("delta").load(str(glob))
+        joined = events.join(F.broadcast(lookup), on="customer_id", how="left")
+        joined.write.format("delta").mode("overwrite").save(str(baseline))
+
+    secs, _ = timed(full_recompute)
+    results["join_full_recompute_s"] = round(secs, 2)
+    print(f"(d) full recompute of the join: {secs:.2f}s")
+    secs, first_join = timed(lambda: run_spec(join, spark=spark))
+    assert first_join["mode"] == "full", first_join
+    results["join_engine_full_s"] = round(secs, 2)
+    print(f"    engine's first (full) join: {secs:.2f}s")
+
+    next_order = args.stream_rows
+    for cycle in range(args.repeat):
+        n_table = max(3, int(args.table_rows * args.fraction))
+        datagen.apply_right_changes(spark, table, args.table_rows, n_table, cycle)
+        secs, caught = timed(lambda: run_spec(boot, spark=spark))
+        assert caught["mode"] == "incremental" and caught["caught_up"], caught
+        source_rows = spark.read.format("delta").load(str(table)).count()
+        assert spark.read.format("delta").load(str(glob)).count() == source_rows
+        print(f"(c) catch-up of {n_table} table changes: {secs:.2f}s  {caught['rows']}")
+        catch_up = secs
+
+        n_stream = max(1, int(args.stream_rows * args.fraction))
+        before = spark.read.format("delta").load(str(out)).count()
+        new = datagen.orders_df(spark.range(next_order, next_order + n_stream, 1, 1), args.table_rows)
+        new.write.format("delta").mode("append").save(str(stream))
+        next_order += n_stream
+        secs, inc = timed(lambda: run_spec(join, spark=spark))
+        assert inc["mode"] == "incremental", inc
+        assert spark.read.format("delta").load(str(out)).count() == before + n_stream
+        print(f"(f) incremental join of {n_stream} new events: {secs:.2f}s  {inc['rows']}")
+        results["cycles"].append(
+            {
+                "table_changes": n_table,
+                "catch_up_s": round(catch_up, 2),
+                "catch_up_ratio": round(catch_up / results["bootstrap_full_s"], 3),
+                "new_events": n_stream,
+                "join_incremental_s": round(secs, 2),
+                "join_ratio": round(secs / results["join_full_recompute_s"], 3),
+                "catch_up_result": caught,
+                "join_result": inc,
+            }
+        )
+        print(
+            f"    ratios: catch-up/full bootstrap = {catch_up / results['bootstrap_full_s']:.3f} "
+            "(target 0.2), "
+            f"incremental/full join = {secs / results['join_full_recompute_s']:.3f} (target 0.1)"
+        )
+    results["machine"]["load_avg_end"] = os.getloadavg()
+    if args.json_out:
+        args.json_out.write_text(json.dumps(results, indent=2, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,100 @@
+"""No-JVM progress helpers (``engine.watermarks``): versions and refresh commits read with ``deltalake``.
+
+Tables are written with ``deltalake`` itself (no Spark), plus one real refresh commit from the engine
+for ``progress``/``consumed_version``/``refresh_result_from_commit``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from deltalake import CommitProperties, write_deltalake
+
+from airflow_provider_fkjoin.engine import (
+    TableMissingError,
+    consumed_version,
+    high_watermark,
+    progress,
+    refresh_result_from_commit,
+    run_spec,
+)
+from airflow_provider_fkjoin.engine.watermarks import parse_commit_metadata
+
+
+def _write(path: Path, rows: list[int], metadata: str | None = None) -> None:
+    props = CommitProperties(custom_metadata={"userMetadata": metadata}) if metadata else None
+    write_deltalake(
+        str(path), pa.table({"id": pa.array(rows, pa.int64())}), mode="append", commit_properties=props
+    )
+
+
+def test_high_watermark_and_missing_tables(tmp_path: Path) -> None:
+    table = tmp_path / "t"
+    _write(table, [1])
+    _write(table, [2])
+    assert high_watermark(table) == 1
+    assert high_watermark(f"file://{table}") == 1
+    with pytest.raises(TableMissingError, match="no Delta table at"):
+        high_watermark(tmp_path / "missing")
+    with pytest.raises(TableMissingError):
+        progress(tmp_path / "missing")
+    assert progress(table) is None  # commits that are not ours
+    assert consumed_version(table, "/anything") is None
+    with pytest.raises(TableMissingError, match="holds no fkjoin refresh commit"):
+        refresh_result_from_commit(table, after_version=None)
+
+
+def test_parse_commit_metadata_ignores_foreign_payloads() -> None:
+    assert parse_commit_metadata(None) is None
+    assert parse_commit_metadata("not json") is None
+    assert parse_commit_metadata(json.dumps({"other": {}})) is None
+    assert parse_commit_metadata(json.dumps({"fkjoin": {"inputs": "x"}})) is None
+    assert parse_commit_metadata(json.dumps({"fkjoin": {"inputs": {}}})) == {"inputs": {}}
+
+
+def test_progress_from_a_refresh_commit_skips_later_foreign_commits(tmp_path: Path) -> None:
+    """An fkjoin payload written by another writer, then a commit that is not ours (say OPTIMIZE)."""
+    out = tmp_path / "out"
+    payload = {
+        "fkjoin": {
+            "seq": 2,
+            "kind": "global_table_bootstrap",
+            "mode": "incremental",
+            "reason": "changes since the last refresh",
+            "inputs": {"source": {"location": "/w/src/", "table_id": "abc", "version": 7}},
+            "extra": {},
+        }
+    }
+    _write(out, [1], json.dumps(payload))
+    _write(out, [2])
+    found = progress(out)
+    assert found is not None and found["output_version"] == 0 and found["kind"] == "global_table_bootstrap"
+    assert found["inputs"]["source"] == {"location": "/w/src/", "table_id": "abc", "version": 7}
+    assert consumed_version(out, "file:///w/src") == 7  # locations compare without scheme or slash
+    assert consumed_version(out, "/w/other") is None
+    rebuilt = refresh_result_from_commit(out, after_version=None)
+    assert rebuilt["mode"] == "incremental" and rebuilt["inputs"]["source"]["to_version"] == 7
+    assert refresh_result_from_commit(out, after_version=1)["mode"] == "noop"
+
+
+def test_helpers_agree_with_a_real_bootstrap(spark, warehouse: Path) -> None:
+    src, out = warehouse / "src", warehouse / "global"
+    spark.createDataFrame([(1, "a"), (2, "b")], "id long, name string").write.format("delta").option(
+        "delta.enableChangeDataFeed", "true"
+    ).save(str(src))
+    result = run_spec(
+        {
+            "kind": "global_table_bootstrap",
+            "source": {"path": str(src), "key": ["id"]},
+            "output": {"path": str(out)},
+        },
+        spark=spark,
+    )
+    assert high_watermark(src) == result["high_watermark"] == 0
+    assert consumed_version(out, str(src)) == result["checkpoint"] == 0
+    rebuilt = refresh_result_from_commit(out, after_version=None)
+    assert rebuilt["mode"] == "full" and rebuilt["reason"] == result["reason"]
+    assert rebuilt["rows"]["inserted"] == result["rows"]["inserted"] == 2
+    assert rebuilt["output"]["version"] == result["output"]["version"]
