@@ -32,7 +32,7 @@ from pyspark.sql.types import StructType
 
 from .changes import ChangedKeys, changed_keys, check_keys, maybe_broadcast
 from .errors import SpecError
-from .merge import PRESENT, CommitRequest, create_output, merge_output, replace_output
+from .merge import PRESENT, CommitRequest, merge_output, write_full_output
 from .planning import InputState, RefreshPlan, cdf_unavailable_reason, plan_refresh
 from .progress import InputProgress, new_progress_metadata, read_progress, transaction_app_id
 from .spec import ForeignKeyJoinSpec, quote, spec_fingerprint
@@ -164,10 +164,6 @@ def _join(left_rows: DataFrame, right_rows: DataFrame, shape: FkJoinShape, how: 
     return joined.select(*shape.projection)
 
 
-def _same_schema(a: StructType, b: StructType) -> bool:
-    return [(f.name, f.dataType) for f in a.fields] == [(f.name, f.dataType) for f in b.fields]
-
-
 def run_foreign_key_join(spec: ForeignKeyJoinSpec, spark: SparkSession) -> dict[str, Any]:
     """Refresh the output of a foreign-key join once; see the module docstring for the algorithm."""
     started = time.monotonic()
@@ -293,15 +289,7 @@ def _full(
     phase("changes_read")
     joined = _join(_with_fk(left_df, shape), right_df.where(~key_is_null(shape.right_key)), shape, spec.how)
     phase("merge_started")
-    if not output.exists():
-        commit = create_output(output, joined, shape.left_key, request("full"))
-    elif _same_schema(output.read().schema, joined.schema):
-        source = joined.withColumn(PRESENT, F.lit(True))
-        commit = merge_output(
-            output, source, shape.left_key, shape.value_columns, request("full"), delete_unmatched=True
-        )
-    else:
-        commit = replace_output(output, joined, shape.left_key, request("full"))
+    commit = write_full_output(output, joined, shape.left_key, shape.value_columns, request("full"))
     rows = _rows(commit.inserted, commit.updated, commit.deleted, null_left=null_left, null_right=null_right)
     return commit.version, rows
 

@@ -1,0 +1,339 @@
+"""FkJoinHook: submit the engine's job with spark-submit (through the Spark provider) and return its result.
+
+Example (inside an operator's ``execute``; hooks are never built at DAG parse time)::
+
+    hook = FkJoinHook(conn_id="spark_default", conf={"spark.executor.memory": "2g"})
+    result = hook.run({"kind": "foreign_key_join", ...})
+    result["mode"], result["output"]["version"]      # ('incremental', 7)
+
+The ``spark`` connection says where the job runs: host ``local[2]`` (the embedded default),
+``spark://host:7077`` (standalone), ``yarn`` (extra ``{"deploy-mode": "cluster"}``) or
+``k8s://https://host:443`` (extra ``namespace``). The result comes from the driver's last JSON stdout
+line when spark-submit shows it (client mode), else it is rebuilt from the output table's Delta commit
+(cluster mode), which carries the input versions the refresh consumed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+from airflow.sdk import BaseHook
+from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowNotFoundException
+
+from airflow_provider_fkjoin.jobs import FKJOIN_JOB_FILE
+from airflow_provider_fkjoin.jobs.fkjoin_job import APP_INFO_PREFIX
+from airflow_provider_fkjoin.links import check_location, spark_ui_url
+
+DELTA_PACKAGE = "io.delta:delta-spark_4.2_2.13:4.4.0"
+EXIT_BAD_INPUT = 2
+EXIT_RETRY = 75
+_ENGINE_DIR = Path(__file__).resolve().parents[1] / "engine"
+_LOCAL_MASTERS = ("local",)
+
+
+class FkJoinConnectionError(AirflowNotFoundException):
+    """The Spark connection does not exist (SparkSubmitHook would silently fall back to YARN)."""
+
+
+class FkJoinBadInputError(AirflowFailException):
+    """The engine refused the spec or the input data (exit 2): retrying cannot help."""
+
+
+class FkJoinRetryableError(AirflowException):
+    """Another refresh of the same output committed first (exit 75): nothing was written; retry."""
+
+
+class FkJoinJobError(AirflowException):
+    """The Spark job failed for another reason (exit 1, JVM crash, cluster error)."""
+
+
+class _CapturingSparkSubmitHook(SparkSubmitHook):
+    """SparkSubmitHook that also hands every line of spark-submit's output to ``on_line``."""
+
+    def __init__(self, *args: Any, on_line: Callable[[str], None], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._on_line = on_line
+
+    def _process_spark_submit_log(self, itr: Iterator[Any]) -> None:
+        def tee() -> Iterator[Any]:
+            for line in itr:
+                self._on_line(str(line).strip())
+                yield line
+
+        super()._process_spark_submit_log(tee())
+
+
+class DriverOutput:
+    """What the driver told us on stdout: app info, the result JSON, the ``error:`` line, a tail."""
+
+    def __init__(self, on_app_info: Callable[[dict[str, Any]], None] | None = None) -> None:
+        self.app_info: dict[str, Any] | None = None
+        self.result: dict[str, Any] | None = None
+        self.error: str | None = None
+        self.tail: deque[str] = deque(maxlen=30)
+        self._on_app_info = on_app_info
+
+    def feed(self, line: str) -> None:
+        """Look at one output line (already stripped)."""
+        self.tail.append(line)
+        if line.startswith(APP_INFO_PREFIX):
+            try:
+                info = json.loads(line.removeprefix(APP_INFO_PREFIX))
+            except ValueError:
+                return
+            if isinstance(info, dict):
+                self.app_info = info
+                if self._on_app_info is not None:
+                    self._on_app_info(info)
+        elif line.startswith("{") and line.endswith("}"):
+            try:
+                parsed = json.loads(line)
+            except ValueError:
+                return
+            if isinstance(parsed, dict) and "kind" in parsed and "mode" in parsed:
+                self.result = parsed
+        elif line.startswith("error: "):
+            self.error = line.removeprefix("error: ")
+
+
+def output_location(spec: Mapping[str, Any]) -> str | None:
+    """The output table's path from a spec, or None for a catalog table (``name:``)."""
+    output = spec.get("output")
+    if isinstance(output, str):
+        return output
+    if isinstance(output, Mapping) and output.get("path"):
+        return str(output["path"])
+    return None
+
+
+class FkJoinHook(BaseHook):
+    """Run one refresh of a join spec on Spark, via the Spark provider's SparkSubmitHook.
+
+    :param conn_id: the ``spark`` connection (must exist: there is no silent fallback).
+    :param conf: extra Spark conf; wins over the defaults this hook adds.
+    :param env_vars: environment of the driver (spark-submit's process in client mode; the driver pod or
+        application master on Kubernetes and YARN).
+    :param jars: comma-separated jars instead of Delta's (default: ``FKJOIN_DELTA_JARS`` or the repo's
+        ``.jars/``, else ``packages``).
+    :param packages: Maven coordinates used when there are no local jars (default Delta's).
+    :param application: the job file to submit (default: the one in this package; on Kubernetes give
+        the path inside the image, e.g. ``local:///opt/fkjoin/fkjoin_job.py``).
+    :param deploy_mode: ``client`` or ``cluster``; overrides the connection's ``deploy-mode`` extra.
+    :param storage_options: ``deltalake`` storage options to read the output's Delta log (object stores).
+    :param spark_submit_kwargs: more SparkSubmitHook arguments (``executor_memory``, ``num_executors``...).
+    """
+
+    conn_name_attr = "conn_id"
+    default_conn_name = "spark_default"
+    hook_name = "FkJoin"
+
+    def __init__(
+        self,
+        conn_id: str = default_conn_name,
+        *,
+        conf: Mapping[str, Any] | None = None,
+        env_vars: Mapping[str, str] | None = None,
+        jars: str | None = None,
+        packages: str | None = None,
+        application: str | None = None,
+        deploy_mode: str | None = None,
+        storage_options: Mapping[str, str] | None = None,
+        spark_submit_kwargs: Mapping[str, Any] | None = None,
+    ) -> None:
+        super().__init__()
+        self.conn_id = conn_id
+        self.conf = dict(conf or {})
+        self.env_vars = {str(k): str(v) for k, v in (env_vars or {}).items()}
+        self.jars = jars
+        self.packages = packages
+        self.application = application or FKJOIN_JOB_FILE
+        self.deploy_mode = deploy_mode
+        self.storage_options = dict(storage_options) if storage_options else None
+        self.spark_submit_kwargs = dict(spark_submit_kwargs or {})
+        self._submit_hook: SparkSubmitHook | None = None
+
+    def get_conn(self) -> Any:
+        """The Spark connection, checked to exist."""
+        try:
+            return self.get_connection(self.conn_id)
+        except AirflowNotFoundException as error:
+            raise FkJoinConnectionError(
+                f"Spark connection {self.conn_id!r} does not exist. Create it (Admin > Connections, or "
+                f'AIRFLOW_CONN_{self.conn_id.upper()}=\'{{"conn_type": "spark", "host": "local[2]"}}\' '
+                "for local Spark; host spark://HOST:7077, yarn or k8s://https://HOST for a cluster)."
+            ) from error
+
+    def _delta_jars(self) -> tuple[str | None, str | None]:
+        if self.jars:
+            return self.jars, None
+        if self.packages:
+            return None, self.packages
+        from airflow_provider_fkjoin.engine.session import delta_jars
+
+        local = delta_jars()
+        return (",".join(local), None) if local else (None, DELTA_PACKAGE)
+
+    def _deploy_mode(self, connection: Any) -> str:
+        return str(self.deploy_mode or connection.extra_dejson.get("deploy-mode") or "client")
+
+    def _spark_conf(self, master: str, deploy_mode: str) -> dict[str, str]:
+        conf: dict[str, str] = {"spark.ui.enabled": "true"}
+        if deploy_mode != "cluster":
+            conf["spark.pyspark.driver.python"] = sys.executable
+            log4j = _ENGINE_DIR / "log4j2.properties"
+            if log4j.is_file():
+                conf["spark.driver.extraJavaOptions"] = f"-Dlog4j.configurationFile=file:{log4j}"
+        if master.startswith(_LOCAL_MASTERS):
+            conf["spark.pyspark.python"] = sys.executable
+        conf.update({str(k): str(v) for k, v in self.conf.items()})
+        return conf
+
+    def build_submit_hook(
+        self, spec: Mapping[str, Any], on_line: Callable[[str], None] | None = None
+    ) -> SparkSubmitHook:
+        """The SparkSubmitHook for one refresh of ``spec`` (checks the connection first)."""
+        connection = self.get_conn()
+        master = _master_of(connection)
+        deploy_mode = self._deploy_mode(connection)
+        is_cluster_manager = master.startswith(("yarn", "k8s://"))
+        jars, packages = self._delta_jars()
+        kind = str(spec.get("kind", "join"))
+        name = f"fkjoin-{kind}"
+        location = output_location(spec)
+        if location:
+            name += "-" + (location.rstrip("/").rsplit("/", 1)[-1] or "output")
+        kwargs: dict[str, Any] = {
+            "conf": self._spark_conf(master, deploy_mode),
+            "conn_id": self.conn_id,
+            "jars": jars,
+            "packages": packages,
+            "name": name,
+            "application_args": ["run", "--spec-json", json.dumps(dict(spec), sort_keys=True)],
+            # env vars reach a YARN/K8s driver as conf; elsewhere they go to spark-submit's environment.
+            "env_vars": self.env_vars if (self.env_vars and is_cluster_manager) else None,
+            "deploy_mode": self.deploy_mode,
+        }
+        kwargs.update(self.spark_submit_kwargs)
+        return _CapturingSparkSubmitHook(on_line=on_line or (lambda _line: None), **kwargs)
+
+    def spark_submit_command(self, spec: Mapping[str, Any]) -> list[str]:
+        """The exact spark-submit argv ``run(spec)`` would execute."""
+        hook = self.build_submit_hook(spec)
+        return hook._build_spark_submit_command(self.application)
+
+    def submit_env(self, master: str) -> dict[str, str] | None:
+        """spark-submit's environment in client/local mode: ours plus ``env_vars``, spark-submit on PATH."""
+        if master.startswith(("yarn", "k8s://")):
+            return None
+        env = dict(os.environ)
+        env.update(self.env_vars)
+        venv_bin = str(Path(sys.executable).parent)
+        if (
+            shutil.which("spark-submit", path=env.get("PATH")) is None
+            and (Path(venv_bin) / "spark-submit").exists()
+        ):
+            env["PATH"] = os.pathsep.join([venv_bin, env.get("PATH", "")])
+        return env
+
+    def run(
+        self,
+        spec: Mapping[str, Any],
+        *,
+        on_spark_ui: Callable[[str], None] | None = None,
+    ) -> dict[str, Any]:
+        """Run one refresh of ``spec`` and return the engine's result dict.
+
+        :param on_spark_ui: called with the Spark UI URL as soon as it is known (for the extra link).
+        :raises FkJoinConnectionError: the Spark connection does not exist.
+        :raises FkJoinBadInputError: the engine refused the spec or the data (exit 2; no retry).
+        :raises FkJoinRetryableError: a concurrent refresh committed first (exit 75).
+        :raises FkJoinJobError: any other failure.
+        """
+        location = output_location(spec)
+        if location:
+            location = check_location(location)
+        before = self._output_version(location)
+        connection = self.get_conn()
+        master = _master_of(connection)
+        extra = connection.extra_dejson
+
+        def app_info(info: dict[str, Any]) -> None:
+            url = spark_ui_url(
+                master, app_id=info.get("app_id"), driver_ui=info.get("ui_url"), conn_extra=extra
+            )
+            if url and on_spark_ui is not None:
+                on_spark_ui(url)
+
+        output = DriverOutput(on_app_info=app_info)
+        hook = self.build_submit_hook(spec, on_line=output.feed)
+        self._submit_hook = hook
+        early = spark_ui_url(master, conn_extra=extra)
+        if early and on_spark_ui is not None:
+            on_spark_ui(early)
+        env = self.submit_env(master)
+        try:
+            hook.submit(self.application, **({"env": env} if env is not None else {}))
+        except AirflowException as error:
+            raise self._failure(hook, output, error) from error
+        yarn_app = getattr(hook, "_yarn_application_id", None)
+        if yarn_app:
+            app_info({"app_id": yarn_app})
+        if output.result is not None:
+            return {**output.result, "source": "driver_stdout"}
+        if not location:
+            raise FkJoinJobError(
+                "the Spark job succeeded but its result is not in spark-submit's output and the output "
+                "is a catalog table (no path to read the Delta log from)"
+            )
+        from airflow_provider_fkjoin.engine.watermarks import refresh_result_from_commit
+
+        self.log.info("Result not in spark-submit's output; reading it from %s's Delta log", location)
+        return refresh_result_from_commit(location, before, self.storage_options)
+
+    def _output_version(self, location: str | None) -> int | None:
+        if not location:
+            return None
+        from airflow_provider_fkjoin.engine.watermarks import TableMissingError, high_watermark
+
+        try:
+            return high_watermark(location, self.storage_options)
+        except TableMissingError:
+            return None
+
+    @staticmethod
+    def _failure(hook: SparkSubmitHook, output: DriverOutput, error: AirflowException) -> AirflowException:
+        process = getattr(hook, "_submit_sp", None)
+        code = getattr(process, "returncode", None)
+        detail = output.error or str(error).splitlines()[0][:500]
+        if code == EXIT_BAD_INPUT:
+            return FkJoinBadInputError(f"fkjoin refused the spec or input data: {detail}")
+        if code == EXIT_RETRY:
+            return FkJoinRetryableError(f"fkjoin refresh conflicted, nothing written (retry): {detail}")
+        tail = "\n".join(hook._mask_cmd([line]) for line in list(output.tail)[-15:])
+        return FkJoinJobError(f"fkjoin Spark job failed (exit {code}): {detail}\n{tail}")
+
+    def on_kill(self) -> None:
+        """Stop the Spark application (spark-submit process, YARN application, driver pod or driver)."""
+        if self._submit_hook is not None:
+            self._submit_hook.on_kill()
+
+
+def _master_of(connection: Any) -> str:
+    """The master URL SparkSubmitHook derives from a connection (same rules as the Spark provider)."""
+    if (
+        connection.conn_type == "spark"
+        and connection.host
+        and ("://" in connection.host or not connection.port)
+    ):
+        master = connection.host
+    else:
+        master = f"{connection.conn_type}://{connection.host or ''}"
+    return f"{master}:{connection.port}" if connection.port else master

@@ -1,0 +1,9 @@
+"""Operators: one refresh of a join's output table per task run."""
+
+from airflow_provider_fkjoin.operators.joins import (
+    ForeignKeyJoinOperator,
+    GlobalTableBootstrapOperator,
+    StreamTableJoinOperator,
+)
+
+__all__ = ["ForeignKeyJoinOperator", "GlobalTableBootstrapOperator", "StreamTableJoinOperator"]

@@ -1,0 +1,421 @@
+"""Operators that refresh one join's output table per run: they build a spec, submit it, report the result.
+
+Each takes its spec fields as arguments, or a YAML/JSON file (``spec_file``) whose values are rendered
+with Jinja like templated fields; explicit arguments win over the file. The result dict is the XCom
+return value; the output table is an outlet :class:`~airflow.sdk.Asset` whose event extra carries the
+version reached, the mode and the row counts; the inputs are inlets.
+
+Example::
+
+    ForeignKeyJoinOperator(
+        task_id="orders_customers",
+        left={"path": "/w/orders", "key": ["order_id"]},
+        right={"path": "/w/customers", "key": ["customer_id"]},
+        foreign_key=["customer_id"],
+        how="left",
+        output="/w/orders_customers",
+    )
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import yaml
+from airflow.sdk import Asset, BaseOperator
+
+from airflow_provider_fkjoin.hooks.fkjoin import FkJoinBadInputError, FkJoinHook
+from airflow_provider_fkjoin.links import (
+    OUTPUT_TABLE_XCOM_KEY,
+    SPARK_UI_XCOM_KEY,
+    OutputTableLink,
+    SparkApplicationLink,
+    check_location,
+    push_link,
+    table_browser_url,
+    table_uri,
+)
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+TableArg = str | Mapping[str, Any]
+
+
+def _read_spec_file(path: str | Path) -> dict[str, Any]:
+    file = Path(path)
+    if not file.is_file():
+        raise FkJoinBadInputError(f"spec file {str(file)!r} does not exist")
+    try:
+        data = yaml.safe_load(file.read_text())
+    except yaml.YAMLError as error:
+        raise FkJoinBadInputError(f"spec file {str(file)!r} is not valid YAML/JSON: {error}") from error
+    if not isinstance(data, dict):
+        raise FkJoinBadInputError(f"spec file {str(file)!r} must hold a mapping")
+    return data
+
+
+def _table_path(value: Any) -> str | None:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, Mapping) and isinstance(value.get("path"), str):
+        return value["path"]
+    return None
+
+
+def _attr(field: str) -> str:
+    """The operator attribute holding a spec field (``output`` is taken by BaseOperator's XComArg)."""
+    return "output_table" if field == "output" else field
+
+
+def _is_templated(value: str) -> bool:
+    return "{{" in value or "{%" in value
+
+
+def _dataset(location: str) -> tuple[str, str]:
+    """OpenLineage (namespace, name) of a table location: ``("file", "/abs")``, ``("s3://b", "key")``."""
+    location = check_location(location)
+    if "://" not in location:
+        return "file", location
+    scheme, rest = location.split("://", 1)
+    bucket, _, key = rest.partition("/")
+    return f"{scheme}://{bucket}", key or "/"
+
+
+class _FkJoinOperator(BaseOperator):
+    """Shared machinery of the join operators; subclasses name the kind, fields and input sides."""
+
+    kind: ClassVar[str] = ""
+    spec_fields: ClassVar[tuple[str, ...]] = ()
+    input_sides: ClassVar[tuple[str, ...]] = ()
+    operator_extra_links = (SparkApplicationLink(), OutputTableLink())
+    template_ext: Sequence[str] = ()
+    ui_color = "#e8f0fe"
+
+    def __init__(
+        self,
+        *,
+        spec_args: Mapping[str, Any],
+        spec_file: str | None = None,
+        conn_id: str = FkJoinHook.default_conn_name,
+        conf: Mapping[str, Any] | None = None,
+        env_vars: Mapping[str, str] | None = None,
+        jars: str | None = None,
+        packages: str | None = None,
+        application: str | None = None,
+        deploy_mode: str | None = None,
+        storage_options: Mapping[str, str] | None = None,
+        spark_submit_kwargs: Mapping[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        for name in self.spec_fields:
+            setattr(self, _attr(name), spec_args.get(name))
+        self.spec_file = spec_file
+        self.conn_id = conn_id
+        self.conf = dict(conf or {})
+        self.env_vars = dict(env_vars or {})
+        self.jars = jars
+        self.packages = packages
+        self.application = application
+        self.deploy_mode = deploy_mode
+        self.storage_options = dict(storage_options) if storage_options else None
+        self.spark_submit_kwargs = dict(spark_submit_kwargs or {})
+        self._hook: FkJoinHook | None = None
+        self._spec: dict[str, Any] | None = None
+        self._declare_assets()
+
+    # -- spec -------------------------------------------------------------------------------------
+    def _spec_file_path(self) -> Path | None:
+        if not self.spec_file:
+            return None
+        path = Path(self.spec_file)
+        if not path.is_absolute():
+            fileloc = getattr(getattr(self, "dag", None), "fileloc", None) if self.has_dag() else None
+            path = (Path(fileloc).parent if fileloc else Path.cwd()) / path
+        return path
+
+    def build_spec(self, context: Context | None = None) -> dict[str, Any]:
+        """The spec this task submits: the file's fields (rendered with ``context``), then the arguments.
+
+        Paths are validated (absolute path or known object-store URL) and a string ``output`` becomes
+        ``{"path": ...}``.
+        """
+        data: dict[str, Any] = {}
+        path = self._spec_file_path()
+        if path is not None:
+            data = _read_spec_file(path)
+            if context is not None:
+                data = self.render_template(data, context)
+        for name in self.spec_fields:
+            value = getattr(self, _attr(name))
+            if value is not None:
+                data[name] = value
+        kind = data.setdefault("kind", self.kind)
+        if kind != self.kind:
+            raise FkJoinBadInputError(
+                f"spec kind {kind!r} does not match {type(self).__name__} ({self.kind})"
+            )
+        for side in (*self.input_sides, "output"):
+            if isinstance(data.get(side), str):
+                data[side] = {"path": data[side]}
+            ref = data.get(side)
+            if isinstance(ref, Mapping) and isinstance(ref.get("path"), str):
+                try:
+                    data[side] = {**ref, "path": check_location(ref["path"])}
+                except ValueError as error:
+                    raise FkJoinBadInputError(f"{side}.path: {error}") from error
+        return data
+
+    def _static_spec(self) -> dict[str, Any]:
+        """What is known at parse time (no rendering): for inlets and outlets."""
+        data: dict[str, Any] = {}
+        path = self._spec_file_path()
+        if path is not None and path.is_file():
+            try:
+                data = yaml.safe_load(path.read_text()) or {}
+            except (OSError, yaml.YAMLError):
+                data = {}
+        for name in self.spec_fields:
+            value = getattr(self, _attr(name))
+            if value is not None:
+                data[name] = value
+        return data if isinstance(data, dict) else {}
+
+    def _declare_assets(self) -> None:
+        def asset(ref: Any) -> Asset | None:
+            location = _table_path(ref)
+            if not location or _is_templated(location):
+                return None
+            try:
+                return Asset(uri=table_uri(location))
+            except ValueError:
+                return None
+
+        static = self._static_spec()
+        output = asset(static.get("output"))
+        if output is not None and output not in self.outlets:
+            self.outlets = [*self.outlets, output]
+        for side in self.input_sides:
+            source = asset(static.get(side))
+            if source is not None and source not in self.inlets:
+                self.inlets = [*self.inlets, source]
+
+    def validate_spec(self, spec: Mapping[str, Any]) -> None:
+        """Check the spec with the engine's own validation before any Spark job starts."""
+        from airflow_provider_fkjoin.engine import SpecError, load_spec
+
+        try:
+            load_spec(dict(spec))
+        except SpecError as error:
+            raise FkJoinBadInputError(str(error)) from error
+
+    # -- execution --------------------------------------------------------------------------------
+    def make_hook(self) -> FkJoinHook:
+        """The hook for this run (built in ``execute``, never at parse time)."""
+        return FkJoinHook(
+            self.conn_id,
+            conf=self.conf,
+            env_vars=self.env_vars,
+            jars=self.jars,
+            packages=self.packages,
+            application=self.application,
+            deploy_mode=self.deploy_mode,
+            storage_options=self.storage_options,
+            spark_submit_kwargs=self.spark_submit_kwargs,
+        )
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        spec = self.build_spec(context)
+        self.validate_spec(spec)
+        self._spec = spec
+        output = _table_path(spec.get("output"))
+        if output:
+            push_link(context, OUTPUT_TABLE_XCOM_KEY, table_browser_url(output))
+        self._hook = self.make_hook()
+        result = self._hook.run(spec, on_spark_ui=lambda url: push_link(context, SPARK_UI_XCOM_KEY, url))
+        self.log.info(
+            "%s: mode=%s (%s) output version=%s rows=%s",
+            self.kind,
+            result.get("mode"),
+            result.get("reason"),
+            (result.get("output") or {}).get("version"),
+            result.get("rows"),
+        )
+        if output:
+            self._record_asset_event(context, output, result)
+        return result
+
+    def _record_asset_event(self, context: Context, output: str, result: Mapping[str, Any]) -> None:
+        target = Asset(uri=table_uri(output))
+        if target not in self.outlets:
+            return
+        context["outlet_events"][target].extra = asset_event_extra(result)
+
+    def on_kill(self) -> None:
+        if self._hook is not None:
+            self._hook.on_kill()
+
+    # -- lineage ----------------------------------------------------------------------------------
+    def lineage_tables(self) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+        """OpenLineage (namespace, name) of the inputs and the output of the spec last run."""
+        spec = self._spec or self._static_spec()
+        inputs = [_dataset(p) for side in self.input_sides if (p := _table_path(spec.get(side)))]
+        output = _table_path(spec.get("output"))
+        return inputs, ([_dataset(output)] if output else [])
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """OpenLineage inputs and outputs (needs the ``[openlineage]`` extra; None without it)."""
+        try:
+            from airflow.providers.common.compat.openlineage.facet import Dataset
+            from airflow.providers.openlineage.extractors import OperatorLineage
+        except ImportError:
+            return None
+        inputs, outputs = self.lineage_tables()
+        return OperatorLineage(
+            inputs=[Dataset(namespace=ns, name=name) for ns, name in inputs],
+            outputs=[Dataset(namespace=ns, name=name) for ns, name in outputs],
+        )
+
+
+def asset_event_extra(result: Mapping[str, Any]) -> dict[str, Any]:
+    """The outlet asset event's extra: version reached, mode, row counts and input versions consumed."""
+    rows = result.get("rows") or {}
+    return {
+        "kind": result.get("kind"),
+        "version": (result.get("output") or {}).get("version"),
+        "mode": result.get("mode"),
+        "rows": {k: v for k, v in rows.items() if isinstance(v, int | float | str | bool)},
+        "inputs": {
+            side: info.get("to_version")
+            for side, info in (result.get("inputs") or {}).items()
+            if isinstance(info, Mapping)
+        },
+    }
+
+
+class ForeignKeyJoinOperator(_FkJoinOperator):
+    """Refresh a KIP-213 foreign-key table-table join (``kind: foreign_key_join``).
+
+    :param left: ``{"path": ..., "key": [...]}`` the many side (templated).
+    :param right: ``{"path": ..., "key": [...]}`` the referenced table (templated).
+    :param foreign_key: left columns matched in order to ``right.key``, or ``{"expr": "..."}``.
+    :param how: ``inner`` or ``left``.
+    :param columns: optional projection ``{output_column: Spark SQL over l and r}``.
+    :param output: the output table's path (or ``{"path": ...}``).
+    :param spec_file: a YAML/JSON spec whose fields the arguments override.
+
+    Example::
+
+        ForeignKeyJoinOperator(task_id="enrich", spec_file="specs/orders_customers.yaml")
+    """
+
+    kind = "foreign_key_join"
+    spec_fields = ("left", "right", "foreign_key", "how", "columns", "output")
+    input_sides = ("left", "right")
+    template_fields: Sequence[str] = (*map(_attr, spec_fields), "spec_file", "conf", "env_vars")
+    template_fields_renderers = {"left": "json", "right": "json", "columns": "json", "conf": "json"}
+
+    def __init__(
+        self,
+        *,
+        left: TableArg | None = None,
+        right: TableArg | None = None,
+        foreign_key: list[str] | Mapping[str, Any] | None = None,
+        how: str | None = None,
+        columns: Mapping[str, str] | None = None,
+        output: TableArg | None = None,
+        **kwargs: Any,
+    ) -> None:
+        spec_args = {
+            "left": left,
+            "right": right,
+            "foreign_key": foreign_key,
+            "how": how,
+            "columns": columns,
+            "output": output,
+        }
+        super().__init__(spec_args=spec_args, **kwargs)
+
+
+class GlobalTableBootstrapOperator(_FkJoinOperator):
+    """Bootstrap or refresh a KIP-99 global table from a table or a CDC changelog.
+
+    :param source: ``{"path": ..., "key": [...], "changelog": {...}}`` (``changelog`` optional).
+    :param output: the global table's path (or ``{"path": ...}``).
+
+    Example::
+
+        GlobalTableBootstrapOperator(
+            task_id="products_global",
+            source={"path": "/w/products_cdc", "key": ["product_id"],
+                    "changelog": {"op_column": "op", "order_by": ["lsn"]}},
+            output="/w/products_global",
+        )
+    """
+
+    kind = "global_table_bootstrap"
+    spec_fields = ("source", "output")
+    input_sides = ("source",)
+    template_fields: Sequence[str] = (*map(_attr, spec_fields), "spec_file", "conf", "env_vars")
+    template_fields_renderers = {"source": "json", "conf": "json"}
+
+    def __init__(
+        self, *, source: TableArg | None = None, output: TableArg | None = None, **kwargs: Any
+    ) -> None:
+        super().__init__(spec_args={"source": source, "output": output}, **kwargs)
+
+
+class StreamTableJoinOperator(_FkJoinOperator):
+    """Enrich an append-only stream by lookup into a (global) table (``kind: stream_table_join``).
+
+    :param stream: ``{"path": ...}`` append-only Delta table of events.
+    :param table: ``{"path": ..., "key": [...]}`` the lookup table (e.g. a bootstrapped global table).
+    :param key_mapper: stream columns matched to ``table.key``, or ``{"expr": "..."}``.
+    :param how: ``inner`` or ``left``.
+    :param columns: optional projection over ``s`` (stream) and ``t`` (table).
+    :param allow_unbootstrapped_table: join even if the table was never bootstrapped.
+    :param output: the output table's path (or ``{"path": ...}``).
+
+    Example::
+
+        StreamTableJoinOperator(
+            task_id="enrich_orders",
+            stream={"path": "/w/orders_stream"},
+            table={"path": "/w/products_global", "key": ["product_id"]},
+            key_mapper=["product_id"],
+            how="left",
+            output="/w/orders_enriched",
+        )
+    """
+
+    kind = "stream_table_join"
+    spec_fields = ("stream", "table", "key_mapper", "how", "columns", "allow_unbootstrapped_table", "output")
+    input_sides = ("stream", "table")
+    template_fields: Sequence[str] = (*map(_attr, spec_fields), "spec_file", "conf", "env_vars")
+    template_fields_renderers = {"stream": "json", "table": "json", "columns": "json", "conf": "json"}
+
+    def __init__(
+        self,
+        *,
+        stream: TableArg | None = None,
+        table: TableArg | None = None,
+        key_mapper: list[str] | Mapping[str, Any] | None = None,
+        how: str | None = None,
+        columns: Mapping[str, str] | None = None,
+        allow_unbootstrapped_table: bool | None = None,
+        output: TableArg | None = None,
+        **kwargs: Any,
+    ) -> None:
+        spec_args = {
+            "stream": stream,
+            "table": table,
+            "key_mapper": key_mapper,
+            "how": how,
+            "columns": columns,
+            "allow_unbootstrapped_table": allow_unbootstrapped_table,
+            "output": output,
+        }
+        super().__init__(spec_args=spec_args, **kwargs)

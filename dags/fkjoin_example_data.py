@@ -1,0 +1,160 @@
+"""Example data for the fkjoin example DAGs: where the warehouse is, and the seed tasks' writers.
+
+Every DAG run appends one deterministic batch of changes (batch ``n`` is the n-th run against this
+warehouse), so repeated runs exercise incremental refreshes. The batches are plain data, written by
+:func:`write_batch` with ``deltalake`` (change data feed on; no JVM); tests recompute the joins from
+the tables themselves.
+
+Warehouse: ``FKJOIN_WAREHOUSE``, else ``$AIRFLOW_HOME/fkjoin-warehouse`` (``~/airflow`` without it).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from pathlib import Path
+from typing import Any
+
+
+def warehouse() -> Path:
+    """The folder holding the example Delta tables (created on first use)."""
+    configured = os.environ.get("FKJOIN_WAREHOUSE")
+    home = Path(os.environ.get("AIRFLOW_HOME") or Path.home() / "airflow")
+    return Path(configured).expanduser().resolve() if configured else home / "fkjoin-warehouse"
+
+
+# -- KIP-99: products CDC changelog + orders stream ---------------------------------------------------
+CHANGELOG = {"op_column": "op", "order_by": ["lsn"], "columns": ["name", "price"]}
+
+
+def products_cdc_batch(batch: int) -> list[dict[str, Any]]:
+    """CDC events of batch ``batch`` (0-based): a snapshot first, then updates, deletes and creates."""
+    base = batch * 100
+    if batch == 0:
+        events = [(pid, "r", f"product {pid}", 10.0 * pid) for pid in range(1, 6)]
+        events.append((2, "u", "product 2 (v2)", 21.0))  # updated within the first batch
+    else:
+        events = [
+            (1, "u", f"product 1 (batch {batch})", 10.0 + batch),
+            (5 + batch, "c", f"product {5 + batch}", 5.0 * batch),  # a new product each batch
+            (3 + batch % 2, "d", None, None),  # deletes product 3 or 4
+        ]
+    return [
+        {"product_id": pid, "op": op, "lsn": base + i, "name": name, "price": price}
+        for i, (pid, op, name, price) in enumerate(events, 1)
+    ]
+
+
+def orders_stream_batch(batch: int) -> list[dict[str, Any]]:
+    """Orders appended by batch ``batch``: known products, a new one, a deleted one, an unknown one."""
+    first = batch * 10 + 1
+    products = [1, 2, 5 + batch, 3 + batch % 2, 99]
+    at = dt.datetime(2025, 1, 1, tzinfo=dt.UTC) + dt.timedelta(hours=batch)
+    return [
+        {
+            "order_id": first + i,
+            "product_id": product,
+            "quantity": 1 + i,
+            "ordered_at": at + dt.timedelta(minutes=i),
+        }
+        for i, product in enumerate(products)
+    ]
+
+
+# -- KIP-213: customers + orders tables --------------------------------------------------------------
+def kip213_initial() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Batch 0: six customers and twelve orders."""
+    customers = [
+        {"customer_id": c, "name": f"customer {c}", "tier": "gold" if c % 3 == 0 else "basic"}
+        for c in range(1, 7)
+    ]
+    orders = [{"order_id": o, "customer_id": 1 + o % 6, "amount": 5.0 * o} for o in range(1, 13)]
+    return customers, orders
+
+
+def _schemas() -> dict[str, Any]:
+    import pyarrow as pa
+
+    return {
+        "products_cdc": pa.schema(
+            [("product_id", pa.int64()), ("op", pa.string()), ("lsn", pa.int64()), ("name", pa.string()),
+             ("price", pa.float64())]
+        ),
+        "orders_stream": pa.schema(
+            [("order_id", pa.int64()), ("product_id", pa.int64()), ("quantity", pa.int32()),
+             ("ordered_at", pa.timestamp("us", tz="UTC"))]
+        ),
+        "customers": pa.schema([("customer_id", pa.int64()), ("name", pa.string()), ("tier", pa.string())]),
+        "orders": pa.schema(
+            [("order_id", pa.int64()), ("customer_id", pa.int64()), ("amount", pa.float64())]
+        ),
+    }  # fmt: skip
+
+
+def write_batch(paths: dict[str, Path], kind: str) -> dict[str, Any]:
+    """Append the next batch of example changes to the tables of ``kind`` (``kip99`` or ``kip213``).
+
+    Creates the tables (change data feed on) when absent. Writes with ``deltalake`` (no JVM needed).
+    Returns ``{"batch": n, "versions": {table: version}}``.
+    """
+    from deltalake import DeltaTable
+
+    if kind == "kip99":
+        batch = _next_batch(kind, paths["products_cdc"])
+        _append(paths["products_cdc"], "products_cdc", products_cdc_batch(batch))
+        _append(paths["orders_stream"], "orders_stream", orders_stream_batch(batch))
+    elif kind == "kip213":
+        batch = _next_batch(kind, paths["customers"])
+        if batch == 0:
+            customers, orders = kip213_initial()
+            _append(paths["customers"], "customers", customers)
+            _append(paths["orders"], "orders", orders)
+        else:
+            customers_table = DeltaTable(str(paths["customers"]))
+            customers_table.update(
+                predicate=f"customer_id = {1 + batch % 6}", updates={"name": f"'customer renamed {batch}'"}
+            )
+            customers_table.delete(f"customer_id = {1 + (batch + 2) % 6}")
+            _append(
+                paths["customers"],
+                "customers",
+                [{"customer_id": 100 + batch, "name": f"new {batch}", "tier": "gold"}],
+            )
+            orders_table = DeltaTable(str(paths["orders"]))
+            orders_table.update(predicate=f"order_id = {batch}", updates={"customer_id": f"{100 + batch}"})
+            orders_table.delete(f"order_id = {batch + 6}")
+            new = [
+                {"order_id": 1000 + batch * 10 + i, "customer_id": 1 + i, "amount": 7.5 * i} for i in range(3)
+            ]
+            _append(paths["orders"], "orders", new)
+    else:
+        raise ValueError(f"unknown example kind {kind!r}")
+    versions = {name: DeltaTable(str(path)).version() for name, path in paths.items()}
+    return {"batch": batch, "versions": versions}
+
+
+def _next_batch(kind: str, path: Path) -> int:
+    """How many batches the seed wrote before, read from the data itself (so reruns stay consistent)."""
+    if not (path / "_delta_log").is_dir():
+        return 0
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    from deltalake import DeltaTable
+
+    if kind == "kip99":  # batch n's events have lsn n*100+1...
+        lsn = pa.table(DeltaTable(str(path)).to_pyarrow_table(columns=["lsn"]))["lsn"]
+        return int(pc.max(lsn).as_py()) // 100 + 1
+    ids = pa.table(DeltaTable(str(path)).to_pyarrow_table(columns=["customer_id"]))["customer_id"]
+    return 1 + int(pc.sum(pc.greater_equal(ids, 100)).as_py() or 0)  # batch n >= 1 adds customer 100+n
+
+
+def _append(path: Path, name: str, rows: list[dict[str, Any]]) -> None:
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    write_deltalake(
+        str(path),
+        pa.Table.from_pylist(rows, schema=_schemas()[name]),
+        mode="append",
+        configuration={"delta.enableChangeDataFeed": "true"},
+    )

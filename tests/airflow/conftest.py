@@ -1,0 +1,102 @@
+"""Fixtures for the Airflow layer's tests: an isolated AIRFLOW_HOME, Delta tables written with deltalake
+(no JVM), Spark connections as environment variables and a fake ``spark-submit`` on PATH."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+# Airflow reads AIRFLOW_HOME when first imported: keep the unit tests away from a real installation.
+os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="fkjoin-airflow-home-"))
+os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
+
+
+def write_table(path: Path, rows: list[int], metadata: dict[str, Any] | None = None) -> int:
+    """Append ``rows`` (column ``k``) to a Delta table at ``path``; returns the new version."""
+    import deltalake
+    import pyarrow as pa
+    from deltalake import CommitProperties, write_deltalake
+
+    props = None
+    if metadata is not None:
+        props = CommitProperties(custom_metadata={"userMetadata": json.dumps({"fkjoin": metadata})})
+    write_deltalake(
+        str(path), pa.table({"k": pa.array(rows, pa.int64())}), mode="append", commit_properties=props
+    )
+    return deltalake.DeltaTable(str(path)).version()
+
+
+def record_refresh(output: Path, consumed: dict[str, tuple[str, int]], kind: str = "foreign_key_join") -> int:
+    """Commit to ``output`` as an fkjoin refresh that consumed ``{side: (location, version)}``."""
+    metadata = {
+        "kind": kind,
+        "mode": "incremental",
+        "reason": "test",
+        "inputs": {side: {"location": loc, "version": ver} for side, (loc, ver) in consumed.items()},
+    }
+    return write_table(output, [1], metadata)
+
+
+@pytest.fixture
+def spark_conn(monkeypatch: pytest.MonkeyPatch):
+    """Set the ``spark_default`` connection (or another id) from a dict, as AIRFLOW_CONN_* does."""
+
+    def set_conn(conn: dict[str, Any], conn_id: str = "spark_default") -> None:
+        monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps(conn))
+
+    return set_conn
+
+
+FAKE_SPARK_SUBMIT = """\
+#!{python}
+# A stand-in for spark-submit: records its argv, runs the scenario named by FAKE_SUBMIT_SCENARIO.
+import json, os, sys
+with open(os.environ["FAKE_SUBMIT_RECORD"], "w") as f:
+    json.dump(sys.argv[1:], f)
+scenario = json.loads(os.environ["FAKE_SUBMIT_SCENARIO"])
+for line in scenario.get("lines", []):
+    print(line, flush=True)
+if scenario.get("commit"):
+    sys.path.insert(0, {tests!r})
+    from pathlib import Path
+    from conftest import record_refresh
+    spec = json.loads(sys.argv[sys.argv.index("--spec-json") + 1])
+    consumed = {{k: tuple(v) for k, v in scenario["commit"].items()}}
+    record_refresh(Path(spec["output"]["path"]), consumed)
+sys.exit(scenario.get("exit", 0))
+"""
+
+
+@pytest.fixture
+def fake_spark_submit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """A fake ``spark-submit`` first on PATH; call it with a scenario, read back the argv it got."""
+    bin_dir = tmp_path / "fake-bin"
+    bin_dir.mkdir()
+    script = bin_dir / "spark-submit"
+    script.write_text(
+        textwrap.dedent(FAKE_SPARK_SUBMIT).format(python=sys.executable, tests=str(Path(__file__).parent))
+    )
+    script.chmod(0o755)
+    record = tmp_path / "argv.json"
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
+    monkeypatch.setenv("FAKE_SUBMIT_RECORD", str(record))
+
+    class Fake:
+        def scenario(self, **scenario: Any) -> None:
+            monkeypatch.setenv("FAKE_SUBMIT_SCENARIO", json.dumps(scenario))
+
+        @property
+        def argv(self) -> list[str]:
+            return json.loads(record.read_text())
+
+    fake = Fake()
+    fake.scenario()
+    yield fake

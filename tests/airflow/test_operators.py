@@ -1,0 +1,244 @@
+"""Operators: spec from arguments and YAML files, templating, XCom, outlet asset extra, links, lineage.
+
+The hook is replaced at its boundary (``FkJoinHook.run``): these tests need no Spark."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+from typing import Any
+
+import pytest
+from airflow.sdk import DAG, Asset
+from airflow.sdk.execution_time.context import OutletEventAccessors
+
+from airflow_provider_fkjoin.hooks.fkjoin import FkJoinBadInputError, FkJoinHook
+from airflow_provider_fkjoin.links import OUTPUT_TABLE_XCOM_KEY, SPARK_UI_XCOM_KEY
+from airflow_provider_fkjoin.operators import (
+    ForeignKeyJoinOperator,
+    GlobalTableBootstrapOperator,
+    StreamTableJoinOperator,
+)
+from airflow_provider_fkjoin.operators.joins import asset_event_extra
+
+START = dt.datetime(2025, 1, 1, tzinfo=dt.UTC)
+
+
+class FakeTI:
+    """Records XCom pushes (the task-instance boundary)."""
+
+    def __init__(self) -> None:
+        self.pushed: dict[str, Any] = {}
+
+    def xcom_push(self, key: str, value: Any) -> None:
+        self.pushed[key] = value
+
+
+def context(**extra: Any) -> dict[str, Any]:
+    return {
+        "ti": FakeTI(),
+        "outlet_events": OutletEventAccessors(),
+        "ds": "2025-01-01",
+        "params": {},
+        **extra,
+    }
+
+
+@pytest.fixture
+def submitted(monkeypatch) -> list[dict[str, Any]]:
+    """Replace FkJoinHook.run: record the spec, report a Spark UI, return a result for the output."""
+    specs: list[dict[str, Any]] = []
+
+    def fake_run(self: FkJoinHook, spec: dict[str, Any], *, on_spark_ui=None) -> dict[str, Any]:
+        specs.append(spec)
+        if on_spark_ui:
+            on_spark_ui("http://driver:4040")
+        sides = {
+            side: {"path": spec[side]["path"], "to_version": 4}
+            for side in spec
+            if side in ("left", "right", "source", "stream", "table")
+        }
+        return {
+            "kind": spec["kind"],
+            "mode": "incremental",
+            "reason": "changes",
+            "output": {"path": spec["output"]["path"], "version": 7},
+            "inputs": sides,
+            "rows": {"inserted": 2, "updated": 1, "deleted": 0, "changes_read": {"left": 3}},
+        }
+
+    monkeypatch.setattr(FkJoinHook, "run", fake_run)
+    return specs
+
+
+def fk_operator(**kwargs: Any) -> ForeignKeyJoinOperator:
+    args = {
+        "task_id": "join",
+        "left": {"path": "/w/orders", "key": ["order_id"]},
+        "right": {"path": "/w/customers", "key": ["customer_id"]},
+        "foreign_key": ["customer_id"],
+        "how": "left",
+        "output": "/w/orders_customers",
+    }
+    return ForeignKeyJoinOperator(**{**args, **kwargs})
+
+
+def test_foreign_key_join_spec_from_arguments():
+    assert fk_operator().build_spec() == {
+        "kind": "foreign_key_join",
+        "left": {"path": "/w/orders", "key": ["order_id"]},
+        "right": {"path": "/w/customers", "key": ["customer_id"]},
+        "foreign_key": ["customer_id"],
+        "how": "left",
+        "output": {"path": "/w/orders_customers"},
+    }
+
+
+def test_inputs_are_inlets_and_the_output_an_outlet():
+    op = fk_operator()
+    assert op.outlets == [Asset(uri="file:///w/orders_customers")]
+    assert op.inlets == [Asset(uri="file:///w/orders"), Asset(uri="file:///w/customers")]
+
+
+def test_execute_returns_the_result_records_the_asset_event_and_pushes_links(submitted):
+    op = fk_operator()
+    ctx = context()
+    result = op.execute(ctx)
+    assert result["output"]["version"] == 7
+    assert submitted[0]["output"] == {"path": "/w/orders_customers"}
+    event = ctx["outlet_events"][Asset(uri="file:///w/orders_customers")]
+    assert event.extra == {
+        "kind": "foreign_key_join",
+        "version": 7,
+        "mode": "incremental",
+        "rows": {"inserted": 2, "updated": 1, "deleted": 0},
+        "inputs": {"left": 4, "right": 4},
+    }
+    assert ctx["ti"].pushed == {
+        OUTPUT_TABLE_XCOM_KEY: "file:///w/orders_customers",
+        SPARK_UI_XCOM_KEY: "http://driver:4040",
+    }
+
+
+def test_spec_from_a_yaml_file_rendered_with_jinja_arguments_win(tmp_path: Path, submitted):
+    spec_file = tmp_path / "orders.yaml"
+    spec_file.write_text(
+        "kind: foreign_key_join\n"
+        "left: {path: '/w/{{ ds }}/orders', key: [order_id]}\n"
+        "right: {path: /w/customers, key: [customer_id]}\n"
+        "foreign_key: [customer_id]\n"
+        "how: inner\n"
+        "output: {path: /w/enriched}\n"
+    )
+    op = ForeignKeyJoinOperator(task_id="from_file", spec_file=str(spec_file), how="left")
+    assert op.outlets == [Asset(uri="file:///w/enriched")]  # known at parse time from the file
+    op.execute(context())
+    assert submitted[0]["left"]["path"] == "/w/2025-01-01/orders"
+    assert submitted[0]["how"] == "left"
+
+
+def test_relative_spec_file_is_found_next_to_the_dag_file(tmp_path: Path):
+    (tmp_path / "specs").mkdir()
+    (tmp_path / "specs" / "g.yaml").write_text("source: {path: /w/products_cdc, key: [id]}\noutput: /w/g\n")
+    with DAG("relative", schedule=None, start_date=START) as dag:
+        op = GlobalTableBootstrapOperator(task_id="boot", spec_file="specs/g.yaml")
+    dag.fileloc = str(tmp_path / "dag.py")
+    assert op.build_spec()["output"] == {"path": "/w/g"}
+
+
+def test_templated_arguments_are_rendered():
+    with DAG("templated", schedule=None, start_date=START, params={"wh": "/lake"}):
+        op = StreamTableJoinOperator(
+            task_id="enrich",
+            stream={"path": "{{ params.wh }}/orders_stream"},
+            table={"path": "{{ params.wh }}/products_global", "key": ["product_id"]},
+            key_mapper=["product_id"],
+            output="{{ params.wh }}/orders_enriched",
+        )
+    assert op.outlets == []  # a templated output is unknown at parse time: no static asset
+    ctx = context(params={"wh": "/lake"})
+    op.render_template_fields(ctx)
+    spec = op.build_spec(ctx)
+    assert spec["stream"] == {"path": "/lake/orders_stream"}
+    assert spec["table"] == {"path": "/lake/products_global", "key": ["product_id"]}
+    assert spec["output"] == {"path": "/lake/orders_enriched"}
+    assert spec["kind"] == "stream_table_join"
+
+
+def test_global_table_bootstrap_spec():
+    op = GlobalTableBootstrapOperator(
+        task_id="boot",
+        source={
+            "path": "/w/products_cdc",
+            "key": ["product_id"],
+            "changelog": {"op_column": "op", "order_by": ["lsn"]},
+        },
+        output="/w/products_global",
+    )
+    spec = op.build_spec()
+    assert spec["kind"] == "global_table_bootstrap"
+    assert spec["source"]["changelog"] == {"op_column": "op", "order_by": ["lsn"]}
+    assert op.inlets == [Asset(uri="file:///w/products_cdc")]
+
+
+def test_a_spec_file_of_another_kind_is_refused(tmp_path: Path):
+    spec_file = tmp_path / "fk.yaml"
+    spec_file.write_text("kind: foreign_key_join\noutput: /w/x\n")
+    with pytest.raises(FkJoinBadInputError, match="does not match GlobalTableBootstrapOperator"):
+        GlobalTableBootstrapOperator(task_id="boot", spec_file=str(spec_file)).build_spec()
+
+
+def test_unsafe_paths_are_refused():
+    with pytest.raises(FkJoinBadInputError, match=r"output.path: .*'\.\.'"):
+        fk_operator(output="/w/../../etc").build_spec()
+    with pytest.raises(FkJoinBadInputError, match="scheme 'http'"):
+        fk_operator(left={"path": "http://example.com/t", "key": ["k"]}).build_spec()
+
+
+def test_an_invalid_spec_fails_before_any_spark_job(submitted):
+    op = fk_operator(foreign_key=["a", "b"])  # two parts for a one-column right key
+    with pytest.raises(FkJoinBadInputError, match="foreign_key has 2 part"):
+        op.execute(context())
+    assert submitted == []
+
+
+def test_object_store_output_asset_and_link(submitted):
+    op = fk_operator(output="s3://lake/tables/orders_customers")
+    assert op.outlets == [Asset(uri="s3://lake/tables/orders_customers")]
+    ctx = context()
+    op.execute(ctx)
+    assert ctx["ti"].pushed[OUTPUT_TABLE_XCOM_KEY] == (
+        "https://s3.console.aws.amazon.com/s3/buckets/lake?prefix=tables/orders_customers/"
+    )
+
+
+def test_lineage_tables():
+    op = fk_operator(output="s3://lake/tables/out")
+    assert op.lineage_tables() == (
+        [("file", "/w/orders"), ("file", "/w/customers")],
+        [("s3://lake", "tables/out")],
+    )
+
+
+def test_openlineage_facets_when_the_extra_is_installed():
+    pytest.importorskip("airflow.providers.openlineage")
+    lineage = fk_operator().get_openlineage_facets_on_complete(None)
+    assert [d.name for d in lineage.inputs] == ["/w/orders", "/w/customers"]
+    assert [d.name for d in lineage.outputs] == ["/w/orders_customers"]
+
+
+def test_asset_event_extra_keeps_only_scalars():
+    extra = asset_event_extra(
+        {"kind": "k", "mode": "noop", "output": {"version": 2}, "rows": {"a": 1, "b": {"x": 1}}}
+    )
+    assert extra == {"kind": "k", "version": 2, "mode": "noop", "rows": {"a": 1}, "inputs": {}}
+
+
+def test_on_kill_stops_the_spark_application(monkeypatch):
+    stopped: list[bool] = []
+    monkeypatch.setattr(FkJoinHook, "on_kill", lambda self: stopped.append(True))
+    op = fk_operator()
+    op.on_kill()  # nothing running yet: no hook, nothing to stop
+    op._hook = op.make_hook()
+    op.on_kill()
+    assert stopped == [True]
