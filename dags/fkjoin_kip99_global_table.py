@@ -1,13 +1,14 @@
 """KIP-99 example: bootstrap a ``products`` global table from a CDC changelog, gate on its high
 watermark, then enrich the ``orders`` stream by lookup.
 
-    seed  ->  bootstrap_products (global_table_bootstrap)  ->  products_caught_up (HighWatermarkSensor)
-          ->  enrich_orders (stream_table_join)
+    seed  ->  bootstrap_products (global_table_bootstrap)        ->  enrich_orders (stream_table_join)
+          ->  products_caught_up (HighWatermarkSensor, deferred)  ->
 
 Each run, ``seed`` appends one batch of CDC events (snapshot, updates, deletes, creates) to
 ``products_cdc`` and a few orders to ``orders_stream``. The bootstrap restores ``products_global`` to
-the changelog's high watermark; the sensor waits (no JVM) until it has consumed the changelog up to the
-high watermark seen when the sensor started; only then are the new orders joined to the products as
+the changelog's high watermark; meanwhile the sensor waits, deferred to the triggerer (no JVM, no worker
+slot), until the global table has consumed the changelog up to the high watermark seen when the sensor
+started; only then are the new orders joined to the products as
 they are at that version. Run it with::
 
     AIRFLOW_CONN_SPARK_DEFAULT='{"conn_type": "spark", "host": "local[2]"}' \
@@ -59,8 +60,8 @@ with DAG(
         target=str(PRODUCTS_GLOBAL),
         source=str(PRODUCTS_CDC),
         # or an exact version, e.g. version="{{ ti.xcom_pull(task_ids='seed')['versions']['products_cdc'] }}"
-        mode="reschedule",
-        poke_interval=30,
+        deferrable=True,
+        poke_interval=5,
         timeout=30 * 60,
     )
 
@@ -82,4 +83,4 @@ with DAG(
         output=str(ORDERS_ENRICHED),
     )
 
-    seed() >> bootstrap >> caught_up >> enrich
+    seed() >> [bootstrap, caught_up] >> enrich

@@ -34,3 +34,5 @@ if [ "$(cat "$jars_stamp" 2>/dev/null)" != "$jars_want" ]; then
     -DoutputDirectory="$root/.jars" >&2
   echo "$jars_want" > "$jars_stamp"
 fi
+
+"$root/scripts/setup-e2e.sh"   # system packages for tests/e2e (chromium); a no-op once installed

@@ -4,13 +4,24 @@ Public API (stable; see DESIGN.md)::
 
     from airflow_provider_fkjoin.engine import get_spark, run_spec, load_spec, SpecError
     result = run_spec("spec.yaml", spark=get_spark())
+
+Importing this package is light: the Spark-side names (``get_spark``, ``run_spec``, ...) load pyspark
+on first use, so the Airflow scheduler and triggerer can use the no-JVM helpers in :mod:`.watermarks`
+(``high_watermark``, ``progress``) without importing pyspark.
 """
 
-from .errors import ConcurrentRefreshError, FkJoinError, InputDataError, SpecError
-from .runner import refresh_status, run_spec
-from .session import get_spark
-from .spec import load_spec
-from .stream_join import TableNotBootstrappedError
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+from .errors import (
+    ConcurrentRefreshError,
+    FkJoinError,
+    InputDataError,
+    SpecError,
+    TableNotBootstrappedError,
+)
 from .watermarks import (
     TableMissingError,
     consumed_version,
@@ -18,6 +29,27 @@ from .watermarks import (
     progress,
     refresh_result_from_commit,
 )
+
+if TYPE_CHECKING:
+    from .runner import refresh_status, run_spec
+    from .session import get_spark
+    from .spec import load_spec
+
+_LAZY = {
+    "get_spark": ".session",
+    "load_spec": ".spec",
+    "refresh_status": ".runner",
+    "run_spec": ".runner",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(import_module(_LAZY[name], __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "ConcurrentRefreshError",

@@ -27,3 +27,12 @@ class ConcurrentRefreshError(FkJoinError):
     """
 
     retryable = True
+
+
+class TableNotBootstrappedError(FkJoinError):
+    """The join's table is a global table whose checkpoint is behind its source's high watermark.
+
+    Retryable: once the table's ``global_table_bootstrap`` has run, the join can start.
+    """
+
+    retryable = True

@@ -44,7 +44,7 @@ from pyspark.sql import functions as F
 from . import changelog as cl
 from . import watermarks
 from .changes import BROADCAST_LIMIT_ROWS, check_keys
-from .errors import FkJoinError, SpecError
+from .errors import SpecError, TableNotBootstrappedError
 from .global_table import FeedUnavailable, read_feed, require_columns
 from .merge import Commit, CommitRequest, append_output
 from .planning import InputState, RefreshPlan, plan_refresh
@@ -57,15 +57,6 @@ log = logging.getLogger(__name__)
 
 MAPPED_PREFIX = "_fkjoin_mk"
 BOOTSTRAP_KIND = "global_table_bootstrap"
-
-
-class TableNotBootstrappedError(FkJoinError):
-    """The join's table is a global table whose checkpoint is behind its source's high watermark.
-
-    Retryable: once the table's ``global_table_bootstrap`` has run, the join can start.
-    """
-
-    retryable = True
 
 
 def _analysed(what: str, build: Any) -> Any:

@@ -77,14 +77,19 @@ def pick_version_at(history: list[Mapping[str, Any]], at_ms: int) -> int | None:
 def observe(target: str, source: str | None, storage_options: Mapping[str, str] | None = None) -> int | None:
     """How far ``target`` has got: the version of ``source`` it consumed, or its own version without one.
 
-    Raises ``TableMissingError`` when a table does not exist.
+    A join's output or a global table that does not exist yet has consumed nothing (None: keep
+    waiting, its first refresh may be running). Raises ``TableMissingError`` when the source, or a
+    target watched without a source, does not exist.
     """
-    from airflow_provider_fkjoin.engine.watermarks import consumed_version, high_watermark
+    from airflow_provider_fkjoin.engine.watermarks import TableMissingError, consumed_version, high_watermark
 
     options = dict(storage_options) if storage_options else None
     if source:
         high_watermark(source, options)  # a mistyped source is permanent: fail fast, do not wait forever
-        return consumed_version(target, source, options)
+        try:
+            return consumed_version(target, source, options)
+        except TableMissingError:
+            return None
     return high_watermark(target, options)
 
 

@@ -144,15 +144,25 @@ def test_trigger_times_out_at_its_absolute_deadline(tables):
     assert (event["status"], event["reached_version"]) == ("timeout", 1)
 
 
-def test_trigger_fails_fast_on_a_missing_table(tables, tmp_path):
-    source, _ = tables
+def test_trigger_fails_fast_on_a_missing_source(tables, tmp_path):
+    _, target = tables
     event = first_event(
         HighWatermarkTrigger(
-            target=str(tmp_path / "nope"), source=str(source), wanted_version=1, poll_interval=3600
+            target=str(target), source=str(tmp_path / "nope"), wanted_version=1, poll_interval=3600
         )
     )
     assert event["status"] == "error"
     assert "TableMissingError" in event["message"]
+
+
+def test_trigger_waits_for_a_target_that_does_not_exist_yet(tables, tmp_path):
+    source, _ = tables
+    event = first_event(
+        HighWatermarkTrigger(
+            target=str(tmp_path / "not_yet"), source=str(source), wanted_version=1, deadline=time.time() - 1
+        )
+    )
+    assert (event["status"], event["reached_version"]) == ("timeout", None)
 
 
 def test_trigger_retries_transient_errors_then_gives_up(tables, monkeypatch):
@@ -241,10 +251,13 @@ def test_sensor_needs_a_source_or_a_version():
 
 
 def test_sensor_fails_fast_on_a_missing_table(tables, tmp_path):
-    source, _ = tables
-    op = sensor(target=str(tmp_path / "nope"), source=str(source))
+    source, target = tables
+    op = sensor(target=str(target), source=str(tmp_path / "nope"), version=1)
     with pytest.raises(AirflowFailException, match="TableMissingError"):
         op.poke({"ti": FakeTI()})
+    assert (
+        sensor(target=str(tmp_path / "not_yet"), source=str(source)).poke({"ti": FakeTI()}).is_done is False
+    )
     with pytest.raises(AirflowFailException, match="TableMissingError"):
         sensor(target=str(source), source=str(tmp_path / "nope")).wanted_version({"ti": FakeTI()})
 
