@@ -1,13 +1,13 @@
 """KIP-99 example: bootstrap a ``products`` global table from a CDC changelog, gate on its high
 watermark, then enrich the ``orders`` stream by lookup.
 
-    seed  ->  bootstrap_products (global_table_bootstrap)        ->  enrich_orders (stream_table_join)
-          ->  products_caught_up (HighWatermarkSensor, deferred)  ->
+    seed  ->  bootstrap_products (global_table_bootstrap)  ->  products_caught_up (HighWatermarkSensor)
+          ->  enrich_orders (stream_table_join)
 
 Each run, ``seed`` appends one batch of CDC events (snapshot, updates, deletes, creates) to
 ``products_cdc`` and a few orders to ``orders_stream``. The bootstrap restores ``products_global`` to
-the changelog's high watermark; meanwhile the sensor waits, deferred to the triggerer (no JVM, no worker
-slot), until the global table has consumed the changelog up to the high watermark seen when the sensor
+the changelog's high watermark; the sensor, deferred to the triggerer (no JVM, no worker slot), waits
+until the global table has consumed the changelog up to the high watermark seen when the sensor
 started; only then are the new orders joined to the products as
 they are at that version. Run it with::
 
@@ -83,4 +83,4 @@ with DAG(
         output=str(ORDERS_ENRICHED),
     )
 
-    seed() >> [bootstrap, caught_up] >> enrich
+    seed() >> bootstrap >> caught_up >> enrich

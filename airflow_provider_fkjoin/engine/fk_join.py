@@ -31,10 +31,10 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from .changes import ChangedKeys, changed_keys, check_keys, maybe_broadcast
+from .commit_log import InputProgress, new_progress_metadata, read_progress, transaction_app_id
 from .errors import SpecError
 from .merge import PRESENT, CommitRequest, merge_output, write_full_output
 from .planning import InputState, RefreshPlan, cdf_unavailable_reason, plan_refresh
-from .progress import InputProgress, new_progress_metadata, read_progress, transaction_app_id
 from .spec import ForeignKeyJoinSpec, quote, spec_fingerprint
 from .tables import DeltaHandle, TableState, key_is_null
 from .trace import phase

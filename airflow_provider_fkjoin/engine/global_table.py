@@ -36,10 +36,10 @@ from pyspark.sql import functions as F
 
 from . import changelog as cl
 from .changes import changed_keys, check_keys, maybe_broadcast
+from .commit_log import InputProgress, new_progress_metadata, read_progress, transaction_app_id
 from .errors import SpecError
 from .merge import PRESENT, Commit, CommitRequest, merge_output, write_full_output
 from .planning import InputState, RefreshPlan, cdf_unavailable_reason, plan_refresh
-from .progress import InputProgress, new_progress_metadata, read_progress, transaction_app_id
 from .spec import GlobalTableBootstrapSpec, SourceRef, quote, spec_fingerprint
 from .tables import DeltaHandle, key_is_null, table_size_bytes
 from .trace import phase

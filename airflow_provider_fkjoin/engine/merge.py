@@ -1,6 +1,6 @@
 """Writing an output table: create, reconcile by MERGE, or replace, always one Delta commit per refresh.
 
-The commit carries the refresh's progress (see :mod:`.progress`), so data and progress land together.
+The commit carries the refresh's progress (see :mod:`.commit_log`), so data and progress land together.
 A MERGE source row is either a new joined value (``_fkjoin_present`` true) or a retraction of a key
 (false). Matched rows whose value is unchanged are left alone, and a retraction only deletes a key the
 output holds, so the output's change feed has at most one net change per key and no no-op updates.
@@ -16,8 +16,8 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from .commit_log import commit_settings, session_settings
 from .errors import ConcurrentRefreshError
-from .progress import commit_settings, session_settings
 from .spec import quote
 from .tables import DeltaHandle, null_safe_equal
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .progress import Progress
+from .commit_log import Progress
 
 
 @dataclass(frozen=True)

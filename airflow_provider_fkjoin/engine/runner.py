@@ -8,9 +8,9 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
+from .commit_log import read_progress
 from .fk_join import run_foreign_key_join
 from .global_table import run_global_table_bootstrap
-from .progress import read_progress
 from .session import get_spark
 from .spec import AnySpec, load_spec, spec_fingerprint
 from .stream_join import run_stream_table_join

@@ -44,11 +44,11 @@ from pyspark.sql import functions as F
 from . import changelog as cl
 from . import watermarks
 from .changes import BROADCAST_LIMIT_ROWS, check_keys
+from .commit_log import InputProgress, new_progress_metadata, read_progress, transaction_app_id
 from .errors import SpecError, TableNotBootstrappedError
 from .global_table import FeedUnavailable, read_feed, require_columns
 from .merge import Commit, CommitRequest, append_output
 from .planning import InputState, RefreshPlan, plan_refresh
-from .progress import InputProgress, new_progress_metadata, read_progress, transaction_app_id
 from .spec import RESERVED_PREFIX, StreamTableJoinSpec, TableRef, quote, spec_fingerprint
 from .tables import CDF_COLUMNS, DeltaHandle, TableState, key_is_null, table_size_bytes
 from .trace import phase

@@ -117,9 +117,8 @@ class HighWatermarkSensor(BaseSensorOperator):
         )
         if not self.deferrable:
             return super().execute(context)
-        first = self.poke(context)
-        if first:
-            return first.xcom_value
+        # Deferrable: hand over to the triggerer at once, without a first poke here. A table that has
+        # already caught up costs one trigger round trip; the worker slot is free from the start.
         timeout = (
             self.timeout if isinstance(self.timeout, int | float) else float(self.timeout.total_seconds())
         )

@@ -277,10 +277,14 @@ def test_deferrable_sensor_defers_with_a_serialisable_trigger(tables):
     assert before + 600 <= kwargs["deadline"] <= time.time() + 600
 
 
-def test_deferrable_sensor_does_not_defer_when_already_done(tables):
+def test_deferrable_sensor_defers_even_when_already_done_and_its_trigger_fires_at_once(tables):
     source, target = tables
     op = sensor(target=str(target), source=str(source), version=1, deferrable=True)
-    assert op.execute({"ti": FakeTI()})["reached_version"] == 1
+    with pytest.raises(TaskDeferred) as deferred:
+        op.execute({"ti": FakeTI()})
+    event = first_event(deferred.value.trigger)
+    assert (event["status"], event["reached_version"]) == ("success", 1)
+    assert op.execute_complete({"ti": FakeTI()}, event)["reached_version"] == 1
 
 
 def test_deferrable_defaults_to_the_operators_config(monkeypatch):
