@@ -19,30 +19,7 @@ os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="fkjoin-airflow-ho
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 
 
-def write_table(path: Path, rows: list[int], metadata: dict[str, Any] | None = None) -> int:
-    """Append ``rows`` (column ``k``) to a Delta table at ``path``; returns the new version."""
-    import deltalake
-    import pyarrow as pa
-    from deltalake import CommitProperties, write_deltalake
-
-    props = None
-    if metadata is not None:
-        props = CommitProperties(custom_metadata={"userMetadata": json.dumps({"fkjoin": metadata})})
-    write_deltalake(
-        str(path), pa.table({"k": pa.array(rows, pa.int64())}), mode="append", commit_properties=props
-    )
-    return deltalake.DeltaTable(str(path)).version()
-
-
-def record_refresh(output: Path, consumed: dict[str, tuple[str, int]], kind: str = "foreign_key_join") -> int:
-    """Commit to ``output`` as an fkjoin refresh that consumed ``{side: (location, version)}``."""
-    metadata = {
-        "kind": kind,
-        "mode": "incremental",
-        "reason": "test",
-        "inputs": {side: {"location": loc, "version": ver} for side, (loc, ver) in consumed.items()},
-    }
-    return write_table(output, [1], metadata)
+from airflow_support import record_refresh, write_table  # noqa: F401
 
 
 @pytest.fixture
@@ -67,7 +44,7 @@ for line in scenario.get("lines", []):
 if scenario.get("commit"):
     sys.path.insert(0, {tests!r})
     from pathlib import Path
-    from conftest import record_refresh
+    from airflow_support import record_refresh
     spec = json.loads(sys.argv[sys.argv.index("--spec-json") + 1])
     consumed = {{k: tuple(v) for k, v in scenario["commit"].items()}}
     record_refresh(Path(spec["output"]["path"]), consumed)

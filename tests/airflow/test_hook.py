@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from airflow.providers.apache.spark.hooks import spark_submit
-from conftest import record_refresh, write_table
+from airflow_support import record_refresh, write_table
 
 from airflow_provider_fkjoin.hooks.fkjoin import (
     DELTA_PACKAGE,

@@ -18,7 +18,7 @@ from airflow.sdk.exceptions import (
     AirflowSkipException,
     TaskDeferred,
 )
-from conftest import record_refresh, write_table
+from airflow_support import record_refresh, write_table
 
 from airflow_provider_fkjoin.engine.watermarks import TableMissingError
 from airflow_provider_fkjoin.sensors import HighWatermarkSensor
