@@ -31,10 +31,10 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from .changes import ChangedKeys, changed_keys, check_keys, maybe_broadcast
-from .commit_log import InputProgress, new_progress_metadata, read_progress, transaction_app_id
+from .commit_log import InputProgress, read_progress
 from .errors import SpecError
-from .merge import PRESENT, CommitRequest, merge_output, write_full_output
-from .planning import InputState, RefreshPlan, cdf_unavailable_reason, plan_refresh
+from .merge import PRESENT, CommitRequest, merge_output, new_commit_request, write_full_output
+from .planning import InputState, RefreshPlan, cdf_unavailable_reason, plan_refresh, refresh_result
 from .spec import ForeignKeyJoinSpec, quote, spec_fingerprint
 from .tables import DeltaHandle, TableState, key_is_null
 from .trace import phase
@@ -196,45 +196,45 @@ def run_foreign_key_join(spec: ForeignKeyJoinSpec, spark: SparkSession) -> dict[
     plan = plan_refresh(previous=previous, fingerprint=fingerprint, kind=spec.kind, current=current)
 
     def result(plan: RefreshPlan, output_version: int | None, rows: dict[str, Any]) -> dict[str, Any]:
-        return {
-            "kind": spec.kind,
-            "mode": plan.mode,
-            "reason": plan.reason,
-            "output": {"path": output.location, "version": output_version},
-            "inputs": {
-                side: {
-                    "path": current[side].location,
-                    "from_version": plan.from_versions.get(side),
-                    "to_version": to_versions[side],
-                }
-                for side in current
-            },
-            "rows": rows,
-            "warnings": warnings,
-            "duration_s": round(time.monotonic() - started, 3),
+        inputs = {
+            side: {
+                "path": current[side].location,
+                "from_version": plan.from_versions.get(side),
+                "to_version": to_versions[side],
+            }
+            for side in current
         }
+        return refresh_result(
+            kind=spec.kind,
+            plan=plan,
+            output_location=output.location,
+            output_version=output_version,
+            inputs=inputs,
+            rows=rows,
+            warnings=warnings,
+            started=started,
+        )
 
     if plan.mode == "noop":
         assert previous is not None
         phase("committed")
         return result(plan, previous.output_version, _rows())
 
-    seq = (previous.seq if previous else 0) + 1
     inputs_progress = {
         side: InputProgress(current[side].location, current[side].table_id, to_versions[side])
         for side in current
     }
 
     def request(mode: str) -> CommitRequest:
-        metadata, token = new_progress_metadata(
-            seq=seq,
+        return new_commit_request(
+            output,
+            previous=previous,
             kind=spec.kind,
             fingerprint=fingerprint,
             mode=mode,
-            inputs=inputs_progress,
             reason=plan.reason,
+            inputs=inputs_progress,
         )
-        return CommitRequest(metadata, token, transaction_app_id(output.location), seq)
 
     if plan.mode == "incremental":
         incremental = _incremental(

@@ -36,10 +36,10 @@ from pyspark.sql import functions as F
 
 from . import changelog as cl
 from .changes import changed_keys, check_keys, maybe_broadcast
-from .commit_log import InputProgress, new_progress_metadata, read_progress, transaction_app_id
+from .commit_log import InputProgress, read_progress
 from .errors import SpecError
-from .merge import PRESENT, Commit, CommitRequest, merge_output, write_full_output
-from .planning import InputState, RefreshPlan, cdf_unavailable_reason, plan_refresh
+from .merge import PRESENT, Commit, CommitRequest, merge_output, new_commit_request, write_full_output
+from .planning import InputState, RefreshPlan, cdf_unavailable_reason, plan_refresh, refresh_result
 from .spec import GlobalTableBootstrapSpec, SourceRef, quote, spec_fingerprint
 from .tables import DeltaHandle, key_is_null, table_size_bytes
 from .trace import phase
@@ -148,44 +148,44 @@ def run_global_table_bootstrap(spec: GlobalTableBootstrapSpec, spark: SparkSessi
                 )
         for warning in warnings:
             log.warning(warning)
-        return {
-            "kind": spec.kind,
-            "mode": plan.mode,
-            "reason": plan.reason,
-            "output": {"path": output.location, "version": output_version},
-            "inputs": {
-                SIDE: {
-                    "path": source.location,
-                    "from_version": plan.from_versions.get(SIDE),
-                    "to_version": high_watermark,
-                }
-            },
-            "rows": rows,
-            "high_watermark": high_watermark,
-            "checkpoint": high_watermark,
-            "caught_up": high_watermark >= latest,
-            "warnings": warnings,
-            "duration_s": round(time.monotonic() - started, 3),
+        inputs = {
+            SIDE: {
+                "path": source.location,
+                "from_version": plan.from_versions.get(SIDE),
+                "to_version": high_watermark,
+            }
         }
+        return refresh_result(
+            kind=spec.kind,
+            plan=plan,
+            output_location=output.location,
+            output_version=output_version,
+            inputs=inputs,
+            rows=rows,
+            warnings=warnings,
+            started=started,
+            high_watermark=high_watermark,
+            checkpoint=high_watermark,
+            caught_up=high_watermark >= latest,
+        )
 
     if plan.mode == "noop":
         assert previous is not None
         phase("committed")
         return result(plan, previous.output_version, _rows())
 
-    seq = (previous.seq if previous else 0) + 1
     inputs_progress = {SIDE: InputProgress(source.location, state.table_id, high_watermark)}
 
     def request(mode: str, reason: str) -> CommitRequest:
-        metadata, token = new_progress_metadata(
-            seq=seq,
+        return new_commit_request(
+            output,
+            previous=previous,
             kind=spec.kind,
             fingerprint=fingerprint,
             mode=mode,
-            inputs=inputs_progress,
             reason=reason,
+            inputs=inputs_progress,
         )
-        return CommitRequest(metadata, token, transaction_app_id(output.location), seq)
 
     if plan.mode == "incremental":
         after = plan.from_versions[SIDE]

@@ -16,7 +16,14 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from .commit_log import commit_settings, session_settings
+from .commit_log import (
+    InputProgress,
+    Progress,
+    commit_settings,
+    new_progress_metadata,
+    session_settings,
+    transaction_app_id,
+)
 from .errors import ConcurrentRefreshError
 from .spec import quote
 from .tables import DeltaHandle, null_safe_equal
@@ -51,6 +58,29 @@ class CommitRequest:
     seq: int
 
 
+def new_commit_request(
+    output: DeltaHandle,
+    *,
+    previous: Progress | None,
+    kind: str,
+    fingerprint: str,
+    mode: str,
+    reason: str,
+    inputs: dict[str, InputProgress],
+) -> CommitRequest:
+    """The identity of the refresh commit that follows ``previous``: next seq, progress, transaction id.
+
+    >>> new_commit_request(out, previous=None, kind="foreign_key_join", fingerprint="9f2c",
+    ...                    mode="full", reason="first run", inputs={...}).seq
+    1
+    """
+    seq = (previous.seq if previous else 0) + 1
+    metadata, token = new_progress_metadata(
+        seq=seq, kind=kind, fingerprint=fingerprint, mode=mode, inputs=inputs, reason=reason
+    )
+    return CommitRequest(metadata, token, transaction_app_id(output.location), seq)
+
+
 def _concurrent(output: DeltaHandle, cause: Exception | None = None) -> ConcurrentRefreshError:
     detail = f" ({type(cause).__name__})" if cause else ""
     return ConcurrentRefreshError(
@@ -73,14 +103,16 @@ def _find_commit(output: DeltaHandle, request: CommitRequest) -> Commit:
     raise _concurrent(output)
 
 
-def _write_output(
-    output: DeltaHandle, rows: DataFrame, key: list[str], request: CommitRequest, mode: str
+def _write_rows(
+    output: DeltaHandle, rows: DataFrame, request: CommitRequest, mode: str, *, set_properties: bool
 ) -> Commit:
-    """Write ``rows`` as the whole output in one commit, laid out by key for pruned merges later."""
+    """Write ``rows`` to the output in one commit carrying the refresh's progress and transaction id.
+
+    ``mode`` is Delta's save mode: ``errorifexists`` (create), ``overwrite`` (replace, schema
+    included) or ``append``. Another refresh creating or committing first is a ConcurrentRefreshError.
+    """
     writer = (
-        rows.repartitionByRange(*[quote(c) for c in key])
-        .sortWithinPartitions(*[quote(c) for c in key])
-        .write.format("delta")
+        rows.write.format("delta")
         .mode(mode)
         .option("userMetadata", request.user_metadata)
         .option("txnAppId", request.app_id)
@@ -88,8 +120,9 @@ def _write_output(
     )
     if mode == "overwrite":
         writer = writer.option("overwriteSchema", "true")
-    for name, value in OUTPUT_PROPERTIES.items():
-        writer = writer.option(name, value)
+    if set_properties:
+        for name, value in OUTPUT_PROPERTIES.items():
+            writer = writer.option(name, value)
     try:
         if output.ref.path is not None:
             writer.save(output.ref.path)
@@ -103,6 +136,16 @@ def _write_output(
     except DeltaConcurrentModificationException as exc:
         raise _concurrent(output, exc) from None
     return _find_commit(output, request)
+
+
+def _write_output(
+    output: DeltaHandle, rows: DataFrame, key: list[str], request: CommitRequest, mode: str
+) -> Commit:
+    """Write ``rows`` as the whole output in one commit, laid out by key for pruned merges later."""
+    laid_out = rows.repartitionByRange(*[quote(c) for c in key]).sortWithinPartitions(
+        *[quote(c) for c in key]
+    )
+    return _write_rows(output, laid_out, request, mode, set_properties=True)
 
 
 def create_output(output: DeltaHandle, rows: DataFrame, key: list[str], request: CommitRequest) -> Commit:
@@ -197,26 +240,8 @@ def append_output(
     120
     """
     creating = not output.exists()
-    writer = (
-        rows.write.format("delta")
-        .mode("overwrite" if replace else "append")
-        .option("userMetadata", request.user_metadata)
-        .option("txnAppId", request.app_id)
-        .option("txnVersion", request.seq)
-    )
-    if replace:
-        writer = writer.option("overwriteSchema", "true")
-    if creating or replace:
-        for name, value in OUTPUT_PROPERTIES.items():
-            writer = writer.option(name, value)
-    try:
-        if output.ref.path is not None:
-            writer.save(output.ref.path)
-        else:
-            writer.saveAsTable(output.ref.name)
-    except DeltaConcurrentModificationException as exc:
-        raise _concurrent(output, exc) from None
-    return _find_commit(output, request)
+    mode = "overwrite" if replace else "append"
+    return _write_rows(output, rows, request, mode, set_properties=creating or replace)
 
 
 def _key_prune_condition(source: DataFrame, column: str) -> Column | None:

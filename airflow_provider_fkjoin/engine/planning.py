@@ -9,7 +9,9 @@ Example::
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
+from typing import Any
 
 from .commit_log import Progress
 
@@ -82,3 +84,33 @@ def cdf_unavailable_reason(side: str, location: str, after: int, to: int, error:
         f"change feed of input {side} ({location}) for versions {after + 1}..{to} is unavailable "
         f"(history vacuumed or CDF was off): {text[:200]}"
     )
+
+
+def refresh_result(
+    *,
+    kind: str,
+    plan: RefreshPlan,
+    output_location: str,
+    output_version: int | None,
+    inputs: dict[str, dict[str, Any]],
+    rows: dict[str, Any],
+    warnings: list[str],
+    started: float,
+    **extra: Any,
+) -> dict[str, Any]:
+    """The result dict every kind returns (DESIGN.md's contract), plus the kind's own ``extra`` fields.
+
+    ``inputs`` maps a side to ``{"path", "from_version", "to_version"}``; ``started`` is the
+    ``time.monotonic()`` of the refresh's start.
+    """
+    return {
+        "kind": kind,
+        "mode": plan.mode,
+        "reason": plan.reason,
+        "output": {"path": output_location, "version": output_version},
+        "inputs": inputs,
+        "rows": rows,
+        **extra,
+        "warnings": warnings,
+        "duration_s": round(time.monotonic() - started, 3),
+    }

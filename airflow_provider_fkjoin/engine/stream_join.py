@@ -44,11 +44,11 @@ from pyspark.sql import functions as F
 from . import changelog as cl
 from . import watermarks
 from .changes import BROADCAST_LIMIT_ROWS, check_keys
-from .commit_log import InputProgress, new_progress_metadata, read_progress, transaction_app_id
+from .commit_log import InputProgress, read_progress
 from .errors import SpecError, TableNotBootstrappedError
 from .global_table import FeedUnavailable, read_feed, require_columns
-from .merge import Commit, CommitRequest, append_output
-from .planning import InputState, RefreshPlan, plan_refresh
+from .merge import Commit, CommitRequest, append_output, new_commit_request
+from .planning import InputState, RefreshPlan, plan_refresh, refresh_result
 from .spec import RESERVED_PREFIX, StreamTableJoinSpec, TableRef, quote, spec_fingerprint
 from .tables import CDF_COLUMNS, DeltaHandle, TableState, key_is_null, table_size_bytes
 from .trace import phase
@@ -304,44 +304,49 @@ def run_stream_table_join(spec: StreamTableJoinSpec, spark: SparkSession) -> dic
         for warning in warnings:
             log.warning(warning)
         table_from = previous.inputs["table"].version if previous and "table" in previous.inputs else None
-        return {
-            "kind": spec.kind,
-            "mode": plan.mode,
-            "reason": plan.reason,
-            "output": {"path": output.location, "version": output_version},
-            "inputs": {
-                "stream": {
-                    "path": locations["stream"],
-                    "from_version": plan.from_versions.get("stream"),
-                    "to_version": versions["stream"],
-                },
-                "table": {
-                    "path": locations["table"],
-                    "from_version": table_from if plan.mode != "full" else None,
-                    "to_version": versions["table"] if plan.mode != "noop" else table_from,
-                },
+        inputs = {
+            "stream": {
+                "path": locations["stream"],
+                "from_version": plan.from_versions.get("stream"),
+                "to_version": versions["stream"],
             },
-            "rows": rows,
-            "warnings": warnings,
-            "duration_s": round(time.monotonic() - started, 3),
+            "table": {
+                "path": locations["table"],
+                "from_version": table_from if plan.mode != "full" else None,
+                "to_version": versions["table"] if plan.mode != "noop" else table_from,
+            },
         }
+        return refresh_result(
+            kind=spec.kind,
+            plan=plan,
+            output_location=output.location,
+            output_version=output_version,
+            inputs=inputs,
+            rows=rows,
+            warnings=warnings,
+            started=started,
+        )
 
     if plan.mode == "noop":
         assert previous is not None
         phase("committed")
         return result(plan, previous.output_version, _rows())
 
-    seq = (previous.seq if previous else 0) + 1
     inputs_progress = {
         side: InputProgress(locations[side], states[side].table_id, versions[side])
         for side in ("stream", "table")
     }
 
     def request(mode: str, reason: str) -> CommitRequest:
-        metadata, token = new_progress_metadata(
-            seq=seq, kind=spec.kind, fingerprint=fingerprint, mode=mode, inputs=inputs_progress, reason=reason
+        return new_commit_request(
+            output,
+            previous=previous,
+            kind=spec.kind,
+            fingerprint=fingerprint,
+            mode=mode,
+            reason=reason,
+            inputs=inputs_progress,
         )
-        return CommitRequest(metadata, token, transaction_app_id(output.location), seq)
 
     if plan.mode == "incremental":
         after = plan.from_versions["stream"]
