@@ -30,12 +30,13 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
+from . import changelog as cl
 from .changes import ChangedKeys, changed_keys, check_keys, maybe_broadcast
 from .commit_log import InputProgress, read_progress
 from .errors import SpecError
 from .merge import PRESENT, CommitRequest, merge_output, new_commit_request, write_full_output
 from .planning import InputState, RefreshPlan, cdf_unavailable_reason, plan_refresh, refresh_result
-from .spec import ForeignKeyJoinSpec, quote, spec_fingerprint
+from .spec import ForeignKeyJoinSpec, SourceRef, quote, spec_fingerprint
 from .tables import DeltaHandle, TableState, key_is_null
 from .trace import phase
 
@@ -146,6 +147,35 @@ def resolve_shape(
     )
 
 
+@dataclass(frozen=True)
+class JoinInput:
+    """One side as the join reads it: the Delta table at the pinned version, or, for a changelog
+    source, its events (``raw``) reduced to the table they describe (``rows``: latest event per key).
+    """
+
+    handle: DeltaHandle
+    version: int
+    raw: DataFrame
+    rows: DataFrame
+    changelog: cl.ChangelogShape | None
+
+
+def read_input(ref: SourceRef, handle: DeltaHandle, version: int) -> JoinInput:
+    """Read one side at ``version``; a changelog's columns are checked here (SpecError), before any job."""
+    raw = handle.read(version)
+    if ref.changelog is None:
+        return JoinInput(handle, version, raw, raw, None)
+    shape = cl.resolve_changelog(ref, handle, raw.schema)
+    return JoinInput(handle, version, raw, cl.latest_state(raw, shape, keep_order=False), shape)
+
+
+def _null_keys(side: JoinInput, key: list[str]) -> int:
+    """Null-key rows (or events) dropped from a side in a full build; fails on duplicate keys or bad ops."""
+    if side.changelog is None:
+        return check_keys(side.rows, key, side.handle, side.version, count_nulls=True)
+    return cl.check_events(side.raw, side.changelog, side.handle).null_keys
+
+
 def _with_fk(left_df: DataFrame, shape: FkJoinShape) -> DataFrame:
     return left_df.where(~key_is_null(shape.left_key)).select(
         "*", *[e.alias(n) for e, n in zip(shape.fk_exprs, shape.fk_columns, strict=True)]
@@ -176,13 +206,24 @@ def run_foreign_key_join(spec: ForeignKeyJoinSpec, spark: SparkSession) -> dict[
     states: dict[str, TableState] = {"left": left.state(), "right": right.state()}
     to_versions = {side: state.version for side, state in states.items()}
     phase("pinned")
-    left_df, right_df = left.read(to_versions["left"]), right.read(to_versions["right"])
+    sides = {
+        "left": read_input(spec.left, left, to_versions["left"]),
+        "right": read_input(spec.right, right, to_versions["right"]),
+    }
+    left_df, right_df = sides["left"].rows, sides["right"].rows
     shape = resolve_shape(spec, left, right, left_df, right_df)
     warnings = [
         f"change data feed is off on input {side} ({handle.location}): every refresh will be a full rebuild; "
         f"enable it with ALTER TABLE ... SET TBLPROPERTIES (delta.enableChangeDataFeed = true)"
         for side, handle in (("left", left), ("right", right))
         if not states[side].cdf_enabled
+    ]
+    warnings += [
+        f"input {side} ({sides[side].handle.location}) is a changelog source: each refresh reduces its "
+        "whole log to the latest event per key; bootstrap it into a global table (global_table_bootstrap) "
+        "and join that, so a refresh reads only what changed"
+        for side in ("left", "right")
+        if sides[side].changelog is not None
     ]
     for warning in warnings:
         log.warning(warning)
@@ -237,9 +278,7 @@ def run_foreign_key_join(spec: ForeignKeyJoinSpec, spark: SparkSession) -> dict[
         )
 
     if plan.mode == "incremental":
-        incremental = _incremental(
-            spec, shape, left, right, output, plan, to_versions, left_df, right_df, request
-        )
+        incremental = _incremental(spec, shape, sides, output, plan, to_versions, request)
         if isinstance(incremental, str):
             plan = RefreshPlan("full", incremental, dict.fromkeys(current))
         else:
@@ -247,7 +286,7 @@ def run_foreign_key_join(spec: ForeignKeyJoinSpec, spark: SparkSession) -> dict[
             phase("committed")
             return result(plan, version, rows)
 
-    version, rows = _full(spec, shape, left, right, output, to_versions, left_df, right_df, request)
+    version, rows = _full(spec, shape, sides, output, request)
     phase("committed")
     return result(plan, version, rows)
 
@@ -276,16 +315,13 @@ def _rows(
 def _full(
     spec: ForeignKeyJoinSpec,
     shape: FkJoinShape,
-    left: DeltaHandle,
-    right: DeltaHandle,
+    sides: dict[str, JoinInput],
     output: DeltaHandle,
-    to_versions: dict[str, int],
-    left_df: DataFrame,
-    right_df: DataFrame,
     request: Any,
 ) -> tuple[int, dict[str, Any]]:
-    null_left = check_keys(left_df, shape.left_key, left, to_versions["left"], count_nulls=True)
-    null_right = check_keys(right_df, shape.right_key, right, to_versions["right"], count_nulls=True)
+    left_df, right_df = sides["left"].rows, sides["right"].rows
+    null_left = _null_keys(sides["left"], shape.left_key)
+    null_right = _null_keys(sides["right"], shape.right_key)
     phase("changes_read")
     joined = _join(_with_fk(left_df, shape), right_df.where(~key_is_null(shape.right_key)), shape, spec.how)
     phase("merge_started")
@@ -297,22 +333,21 @@ def _full(
 def _incremental(
     spec: ForeignKeyJoinSpec,
     shape: FkJoinShape,
-    left: DeltaHandle,
-    right: DeltaHandle,
+    sides: dict[str, JoinInput],
     output: DeltaHandle,
     plan: RefreshPlan,
     to_versions: dict[str, int],
-    left_df: DataFrame,
-    right_df: DataFrame,
     request: Any,
 ) -> tuple[int, dict[str, Any]] | str:
     """The incremental path: (output version, rows), or the reason to rebuild when a feed cannot serve."""
+    left, right = sides["left"].handle, sides["right"].handle
+    left_df, right_df = sides["left"].rows, sides["right"].rows
     left_from, right_from = plan.from_versions["left"], plan.from_versions["right"]
     assert left_from is not None and right_from is not None
     empty: list[ChangedKeys] = []
     try:
-        left_changes = _read_changes(left, shape.left_key, left_from, to_versions["left"], empty)
-        right_changes = _read_changes(right, shape.right_key, right_from, to_versions["right"], empty)
+        left_changes = _read_changes(sides["left"], shape.left_key, left_from, empty)
+        right_changes = _read_changes(sides["right"], shape.right_key, right_from, empty)
     except _FeedUnavailable as unavailable:
         for changes in empty:
             changes.release()
@@ -347,22 +382,28 @@ class _FeedUnavailable(Exception):
     pass
 
 
-def _read_changes(
-    table: DeltaHandle, key: list[str], after: int, to: int, opened: list[ChangedKeys]
-) -> ChangedKeys:
+def _read_changes(side: JoinInput, key: list[str], after: int, opened: list[ChangedKeys]) -> ChangedKeys:
+    """The keys a side changed after version ``after``: rows of a table, or new events of a changelog.
+
+    A changelog key with any new event is re-read from the log's latest state, so late events (which
+    change nothing) and a rewritten log are handled by the same re-read. New events' ops are checked.
+    """
+    table, to = side.handle, side.version
     if after == to:
         empty = table.read(to).select(*[quote(c) for c in key]).limit(0)
         found = ChangedKeys(keys=empty, count=0, change_rows=0, null_keys=0, cached=empty)
-    else:
-        try:
-            found = changed_keys(table, key, after, to)
-        except Exception as exc:  # Delta reports missing history through several exception types
-            if isinstance(exc, AnalysisException | ParseException) and "UNRESOLVED" in str(exc):
-                raise
-            raise _FeedUnavailable(
-                cdf_unavailable_reason(table.role, table.location, after, to, exc)
-            ) from exc
+        opened.append(found)
+        return found
+    try:
+        found = changed_keys(table, key, after, to)
+    except Exception as exc:  # Delta reports missing history through several exception types
+        if isinstance(exc, AnalysisException | ParseException) and "UNRESOLVED" in str(exc):
+            raise
+        raise _FeedUnavailable(cdf_unavailable_reason(table.role, table.location, after, to, exc)) from exc
     opened.append(found)
+    if side.changelog is not None:
+        events = table.changes(after, to).where(F.col("_change_type") == "insert")
+        cl.check_events(events, side.changelog, table)
     return found
 
 

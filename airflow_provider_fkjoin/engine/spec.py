@@ -127,8 +127,8 @@ class ForeignKeyJoinSpec(_Strict):
     """KIP-213 foreign-key table-table join: many left rows reference one right row."""
 
     kind: Literal["foreign_key_join"]
-    left: KeyedTableRef
-    right: KeyedTableRef
+    left: SourceRef
+    right: SourceRef
     foreign_key: list[str] | ForeignKeyExpr
     how: Literal["inner", "left"] = "inner"
     columns: dict[str, str] | None = None
@@ -180,7 +180,7 @@ class ForeignKeyJoinSpec(_Strict):
             raise ValueError("output must be a different table from left and right")
         return self
 
-    def inputs(self) -> dict[str, KeyedTableRef]:
+    def inputs(self) -> dict[str, SourceRef]:
         """The input tables by side name, in the order they appear in results."""
         return {"left": self.left, "right": self.right}
 
