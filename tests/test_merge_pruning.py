@@ -15,20 +15,46 @@ def _source(spark, key_type: T.DataType, keys: list) -> object:
     return spark.createDataFrame([(k, True) for k in keys], schema)
 
 
+TRICKY_STRINGS = ["a", "it's", "back\\slash", 'quote"d', "new\nline", "", "ünï €", "x' OR '1'='1"]
+
+
 @pytest.mark.parametrize(
-    ("key_type", "keys"),
+    ("key_type", "keys", "others"),
     [
-        (T.LongType(), [1, 5, 5, None]),
-        (T.StringType(), ["a", "b"]),
-        (T.DateType(), [dt.date(2026, 1, 1)]),
+        (T.LongType(), [1, 5, 5, None, -(2**63)], [2, 6, 2**63 - 1]),
+        (T.IntegerType(), [7, -(2**31)], [8]),
+        (T.ShortType(), [3], [4]),
+        (T.ByteType(), [-128], [127]),
+        (T.StringType(), TRICKY_STRINGS, ["b", "it", "back\\\\slash", "A", " "]),
+        (T.DateType(), [dt.date(2026, 1, 1)], [dt.date(2026, 1, 2)]),
     ],
 )
-def test_prune_condition_names_every_source_key(spark, key_type, keys) -> None:
+def test_prune_condition_names_exactly_the_source_keys(spark, key_type, keys, others) -> None:
     condition = merge._key_prune_condition(_source(spark, key_type, keys), "k")
     assert condition is not None
-    target = _source(spark, key_type, [*keys, keys[0]]).alias("t")
+    target = _source(spark, key_type, [*keys, *others, keys[0]]).alias("t")
     expected = {k for k in keys if k is not None}
     assert {row["k"] for row in target.where(condition).collect()} == expected
+
+
+def test_prune_condition_is_folded_into_one_in_set(spark) -> None:
+    condition = merge._key_prune_condition(_source(spark, T.StringType(), ["a", "b'c"]), "k")
+    target = _source(spark, T.StringType(), ["a"]).alias("t")
+    plan = target.where(condition)._jdf.queryExecution().optimizedPlan().toString()
+    assert "INSET" in plan.upper() or " IN (" in plan.upper(), plan
+    assert "CAST" not in plan.upper().split("FILTER", 1)[1].split("\n", 1)[0], plan
+
+
+def test_sql_literal_rejects_values_that_do_not_fit_the_type() -> None:
+    for value, data_type in (
+        (True, T.LongType()),
+        (1.5, T.LongType()),
+        (dt.datetime(2026, 1, 1), T.DateType()),
+        (1, T.StringType()),
+        ("1", T.DoubleType()),
+    ):
+        with pytest.raises(TypeError):
+            merge.sql_literal(value, data_type)
 
 
 def test_prune_condition_is_false_for_an_empty_source(spark) -> None:

@@ -12,7 +12,13 @@ from pathlib import Path
 import pytest
 from helpers import append_rows, create_table, delete_keys, read_rows, upsert
 
-from airflow_provider_fkjoin.engine import SpecError, TableNotBootstrappedError, refresh_status, run_spec
+from airflow_provider_fkjoin.engine import (
+    InputDataError,
+    SpecError,
+    TableNotBootstrappedError,
+    refresh_status,
+    run_spec,
+)
 from airflow_provider_fkjoin.engine.spec import load_spec
 from airflow_provider_fkjoin.engine.stream_join import LookupTable, lookup_join, resolve_shape
 from airflow_provider_fkjoin.engine.tables import DeltaHandle
@@ -188,3 +194,17 @@ def test_bad_specs(spark, warehouse: Path) -> None:
     with pytest.raises(SpecError, match=r"key_mapper has 2 part\(s\)"):
         run_spec(dict(base, key_mapper=["product_id", "name"]), spark=spark)
     assert not (warehouse / "out").exists()
+
+
+def test_duplicate_keys_in_a_plain_table_fail_before_writing(spark, warehouse: Path) -> None:
+    orders, products, out = warehouse / "orders", warehouse / "products", warehouse / "out"
+    create_table(spark, products, [{"product_id": 1, "name": "A"}], PRODUCTS)
+    create_table(spark, orders, [{"order_id": 1, "product_id": 1, "qty": 1}], ORDERS)
+    spec = join_spec(orders, products, out)
+    assert run_spec(spec, spark=spark)["mode"] == "full"
+    rows_before = len(read_rows(spark, out))
+    append_rows(spark, products, [{"product_id": 1, "name": "A again"}])
+    append_rows(spark, orders, [{"order_id": 2, "product_id": 1, "qty": 1}])
+    with pytest.raises(InputDataError, match=r"duplicate keys .*product_id=1"):
+        run_spec(spec, spark=spark)
+    assert len(read_rows(spark, out)) == rows_before, "nothing was appended"

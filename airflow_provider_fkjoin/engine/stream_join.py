@@ -85,9 +85,12 @@ class LookupTable:
     A global table's internal ``_fkjoin_*`` columns are left out.
     """
 
-    def __init__(self, spec: StreamTableJoinSpec, handle: DeltaHandle, version: int) -> None:
+    def __init__(
+        self, spec: StreamTableJoinSpec, handle: DeltaHandle, version: int, *, keyed_by_engine: bool = False
+    ) -> None:
         self.handle = handle
         self.version = version
+        self.needs_key_check = spec.table.changelog is None and not keyed_by_engine
         self.key = list(spec.table.key)
         raw = handle.read(version)
         self.changelog = (
@@ -192,27 +195,34 @@ def lookup_join(
     return joined.select(*shape.projection)
 
 
-def check_bootstrapped(spec: StreamTableJoinSpec, table: DeltaHandle) -> str | None:
-    """Refuse to start when the table is a global table behind its source (Kafka's bootstrap latch).
+def global_table_checkpoint(table: DeltaHandle) -> tuple[str, int] | None:
+    """(source location, checkpoint version) when ``table`` is a global table this engine maintains.
 
-    Returns a warning when the spec allows it, None when the table is not a global table or is caught
-    up. Reads only Delta logs (``watermarks``, no Spark job for local tables).
+    Reads only the Delta log (``watermarks``, no Spark job for local tables).
     """
-    if spec.table.changelog is not None:
-        return None
     local = table.local_path
     if local is not None:
         latest = watermarks.progress(local)
         if latest is None or latest["kind"] != BOOTSTRAP_KIND or "source" not in latest["inputs"]:
             return None
-        source_location = str(latest["inputs"]["source"]["location"])
-        checkpoint = int(latest["inputs"]["source"]["version"])
-    else:
-        previous = read_progress(table)
-        if previous is None or previous.kind != BOOTSTRAP_KIND or "source" not in previous.inputs:
-            return None
-        source_location = previous.inputs["source"].location
-        checkpoint = previous.inputs["source"].version
+        return str(latest["inputs"]["source"]["location"]), int(latest["inputs"]["source"]["version"])
+    previous = read_progress(table)
+    if previous is None or previous.kind != BOOTSTRAP_KIND or "source" not in previous.inputs:
+        return None
+    return previous.inputs["source"].location, previous.inputs["source"].version
+
+
+def check_bootstrapped(
+    spec: StreamTableJoinSpec, table: DeltaHandle, checkpoint_of: tuple[str, int] | None
+) -> str | None:
+    """Refuse to start when the table is a global table behind its source (Kafka's bootstrap latch).
+
+    ``checkpoint_of`` is :func:`global_table_checkpoint` of the table. Returns a warning when the spec
+    allows it, None when the table is not a global table or is caught up.
+    """
+    if spec.table.changelog is not None or checkpoint_of is None:
+        return None
+    source_location, checkpoint = checkpoint_of
     source_ref = (
         TableRef(name=source_location.removeprefix("name:"))
         if source_location.startswith("name:")
@@ -269,7 +279,8 @@ def run_stream_table_join(spec: StreamTableJoinSpec, spark: SparkSession) -> dic
     stream.require()
     table.require()
     warnings: list[str] = []
-    bootstrap_warning = check_bootstrapped(spec, table)
+    checkpoint_of = global_table_checkpoint(table) if spec.table.changelog is None else None
+    bootstrap_warning = check_bootstrapped(spec, table, checkpoint_of)
     if bootstrap_warning:
         warnings.append(bootstrap_warning)
 
@@ -277,7 +288,8 @@ def run_stream_table_join(spec: StreamTableJoinSpec, spark: SparkSession) -> dic
     versions = {side: state.version for side, state in states.items()}
     phase("pinned")
     stream_df = stream.read(versions["stream"])
-    lookup = LookupTable(spec, table, versions["table"])
+    # A global table is written by MERGE on its key, so it holds one row per key: no duplicate check.
+    lookup = LookupTable(spec, table, versions["table"], keyed_by_engine=checkpoint_of is not None)
     shape = resolve_shape(spec, stream, stream_df, lookup)
     if not states["stream"].cdf_enabled:
         warnings.append(
@@ -392,7 +404,7 @@ def _full(
             f"({spec.broadcast_limit_bytes}): the whole stream is shuffled for a sort-merge join"
         )
     table_rows = lookup.rows()
-    if lookup.changelog is None:
+    if lookup.needs_key_check:
         check_keys(table_rows, lookup.key, lookup.handle, lookup.version, count_nulls=False)
     phase("changes_read")
     joined = lookup_join(stream_df, table_rows, shape, spec.how, broadcast=broadcast)
@@ -458,7 +470,8 @@ def _incremental(
             ).where(~key_is_null(shape.table_key))
             table_rows = lookup.rows(mapped.distinct()).persist()
             cached.append(table_rows)
-            check_keys(table_rows, lookup.key, lookup.handle, lookup.version, count_nulls=False)
+            if lookup.needs_key_check:
+                check_keys(table_rows, lookup.key, lookup.handle, lookup.version, count_nulls=False)
             looked_up = table_rows.count()
             broadcast = True
         joined = lookup_join(records, table_rows, shape, spec.how, broadcast=broadcast)
