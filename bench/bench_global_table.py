@@ -73,6 +73,27 @@ def median(values: list[float]) -> float:
     return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
 
 
+def bootstrap_spec(table: Path, glob: Path) -> dict:
+    """The benchmark's global_table_bootstrap: customers (keyed table) into a global table."""
+    return {
+        "kind": "global_table_bootstrap",
+        "source": {"path": str(table), "key": ["customer_id"]},
+        "output": {"path": str(glob)},
+    }
+
+
+def join_spec(stream: Path, glob: Path, out: Path) -> dict:
+    """The benchmark's stream_table_join: orders events looked up in the global table (left join)."""
+    return {
+        "kind": "stream_table_join",
+        "stream": {"path": str(stream), "key": ["order_id"]},
+        "table": {"path": str(glob), "key": ["customer_id"]},
+        "key_mapper": ["customer_id"],
+        "how": "left",
+        "output": {"path": str(out)},
+    }
+
+
 def warmup(spark, run_spec, workdir: Path) -> None:
     """A tiny bootstrap, catch-up and join, so JVM class loading and JIT are paid before any timing."""
     wd = workdir / "gt_warmup"
@@ -82,22 +103,11 @@ def warmup(spark, run_spec, workdir: Path) -> None:
     stream, table = wd / "orders", wd / "customers"
     datagen.copy_table(base.left, stream)
     datagen.copy_table(base.right, table)
-    boot = {
-        "kind": "global_table_bootstrap",
-        "source": {"path": str(table), "key": ["customer_id"]},
-        "output": {"path": str(wd / "global")},
-    }
+    boot = bootstrap_spec(table, wd / "global")
     run_spec(boot, spark=spark)
     datagen.apply_right_changes(spark, table, 20_000, 20, 0)
     run_spec(boot, spark=spark)
-    join = {
-        "kind": "stream_table_join",
-        "stream": {"path": str(stream), "key": ["order_id"]},
-        "table": {"path": str(wd / "global"), "key": ["customer_id"]},
-        "key_mapper": ["customer_id"],
-        "how": "left",
-        "output": {"path": str(wd / "joined")},
-    }
+    join = join_spec(stream, wd / "global", wd / "joined")
     run_spec(join, spark=spark)
     datagen.orders_df(spark.range(50_000, 50_050, 1, 1), 20_000).write.format("delta").mode("append").save(
         str(stream)
@@ -126,19 +136,8 @@ def main(argv: list[str] | None = None) -> int:
     out, baseline = run / "orders_enriched", run / "baseline_join"
     datagen.copy_table(base.left, stream)
     datagen.copy_table(base.right, table)
-    boot = {
-        "kind": "global_table_bootstrap",
-        "source": {"path": str(table), "key": ["customer_id"]},
-        "output": {"path": str(glob)},
-    }
-    join = {
-        "kind": "stream_table_join",
-        "stream": {"path": str(stream), "key": ["order_id"]},
-        "table": {"path": str(glob), "key": ["customer_id"]},
-        "key_mapper": ["customer_id"],
-        "how": "left",
-        "output": {"path": str(out)},
-    }
+    boot = bootstrap_spec(table, glob)
+    join = join_spec(stream, glob, out)
     results: dict = {
         "stream_rows": args.stream_rows,
         "table_rows": args.table_rows,
