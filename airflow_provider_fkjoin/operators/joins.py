@@ -299,8 +299,9 @@ def asset_event_extra(result: Mapping[str, Any]) -> dict[str, Any]:
 class ForeignKeyJoinOperator(_FkJoinOperator):
     """Refresh a KIP-213 foreign-key table-table join (``kind: foreign_key_join``).
 
-    :param left: ``{"path": ..., "key": [...]}`` the many side (templated).
-    :param right: ``{"path": ..., "key": [...]}`` the referenced table (templated).
+    :param left: ``{"path": ..., "key": [...]}`` the many side (templated); a CDC changelog with
+        ``"changelog": {...}`` as for a global table's source.
+    :param right: ``{"path": ..., "key": [...]}`` the referenced table (templated), or a changelog.
     :param foreign_key: left columns matched in order to ``right.key``, or ``{"expr": "..."}``.
     :param how: ``inner`` or ``left``.
     :param columns: optional projection ``{output_column: Spark SQL over l and r}``.
