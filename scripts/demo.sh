@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Set up (idempotent) and run the demo: the example DAGs with `airflow dags test` on the embedded default
 # (local Spark through the `spark_default` connection, Delta tables under demo-warehouse/, SQLite Airflow
-# in demo-warehouse/airflow), printing each join's result and then a few rows of each output: the KIP-99 DAG (global table bootstrapped from
+# in demo-warehouse/airflow), printing each join's result: the KIP-99 DAG (global table bootstrapped from
 # a CDC changelog, high-watermark gate, stream enrichment), then the KIP-213 foreign-key join twice (a
-# full refresh, then an incremental one). Re-running continues with the next batch of changes.
+# full refresh, then an incremental one); then a few rows of each output. Re-running continues with the
+# next batch of changes.
 #   scripts/demo.sh           the Airflow demo
 #   scripts/demo.sh --fresh   start again from empty tables
 #   scripts/demo.sh engine    the engine-only demo (`fkjoin demo`, no Airflow)
