@@ -7,17 +7,47 @@ one net change and the result matches a from-scratch join at exactly the pinned 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from pyspark import StorageLevel
+from pyspark.errors import AnalysisException, ParseException
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from .errors import InputDataError
+from .planning import cdf_unavailable_reason
 from .spec import quote
 from .tables import LIVE_CHANGE_TYPES, DeltaHandle, key_is_null
 
 BROADCAST_LIMIT_ROWS = 2_000_000
+
+
+class FeedUnavailable(Exception):
+    """A change feed cannot serve an incremental refresh; the message is the full-rebuild reason."""
+
+
+@contextmanager
+def feed_errors(table: DeltaHandle, after: int, to: int) -> Iterator[None]:
+    """Turn a failure to read ``table``'s change feed (vacuumed history, CDF off for a while) into
+    :class:`FeedUnavailable`. An unresolved column is a bug or a spec error, not a missing feed, so
+    it passes through. Delta reports missing history through several exception types.
+    """
+    try:
+        yield
+    except Exception as exc:
+        if isinstance(exc, AnalysisException | ParseException) and "UNRESOLVED" in str(exc):
+            raise
+        raise FeedUnavailable(cdf_unavailable_reason(table.role, table.location, after, to, exc)) from exc
+
+
+def read_feed(table: DeltaHandle, after: int, to: int) -> DataFrame:
+    """The change feed of versions ``after+1..to``, analysed now so vacuumed history fails here."""
+    with feed_errors(table, after, to):
+        feed = table.changes(after, to)
+        feed.schema  # noqa: B018 - forces analysis: missing versions surface before any job
+    return feed
 
 
 @dataclass
@@ -35,7 +65,15 @@ class ChangedKeys:
 
 
 def changed_keys(table: DeltaHandle, key: list[str], after_version: int, to_version: int) -> ChangedKeys:
-    """Read the change feed once and keep only the keys (cached): a job proportional to the change."""
+    """Read the change feed once and keep only the keys (cached): a job proportional to the change.
+
+    Raises :class:`FeedUnavailable` when the feed cannot serve the range.
+    """
+    with feed_errors(table, after_version, to_version):
+        return _changed_keys(table, key, after_version, to_version)
+
+
+def _changed_keys(table: DeltaHandle, key: list[str], after_version: int, to_version: int) -> ChangedKeys:
     feed = table.changes(after_version, to_version)
     live = F.col("_change_type").isin(*LIVE_CHANGE_TYPES).cast("long")
     grouped = (

@@ -25,19 +25,18 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from pyspark.errors import AnalysisException, ParseException
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from . import changelog as cl
-from .changes import ChangedKeys, changed_keys, check_keys, maybe_broadcast
-from .commit_log import InputProgress, read_progress
+from .changes import ChangedKeys, FeedUnavailable, changed_keys, check_keys, feed_errors, maybe_broadcast
+from .commit_log import read_progress
 from .errors import SpecError
-from .merge import PRESENT, CommitRequest, merge_output, new_commit_request, write_full_output
-from .planning import InputState, RefreshPlan, cdf_unavailable_reason, plan_refresh, refresh_result
+from .merge import PRESENT, CommitRequest, RefreshContext, merge_output, write_full_output
+from .planning import InputState, RefreshPlan, plan_refresh
 from .spec import ForeignKeyJoinSpec, SourceRef, quote, spec_fingerprint
-from .tables import DeltaHandle, TableState, key_is_null
+from .tables import DeltaHandle, TableState, analysed, key_is_null, require_columns
 from .trace import phase
 
 log = logging.getLogger(__name__)
@@ -64,36 +63,17 @@ def _names(schema: StructType) -> list[str]:
     return [field.name for field in schema.fields]
 
 
-def _require_columns(schema: StructType, columns: list[str], field_path: str, table: DeltaHandle) -> None:
-    names = _names(schema)
-    for index, column in enumerate(columns):
-        if column not in names:
-            raise SpecError(
-                f"{field_path}[{index}]: column {column!r} is not in {table.role} table {table.location} "
-                f"(columns: {', '.join(names)})"
-            )
-
-
-def _analysed(what: str, build: Any) -> Any:
-    """Run Spark analysis of user SQL and turn its failure into a SpecError naming the field."""
-    try:
-        return build()
-    except (AnalysisException, ParseException) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise SpecError(f"{what}: {first[:300]}") from None
-
-
 def resolve_shape(
     spec: ForeignKeyJoinSpec, left: DeltaHandle, right: DeltaHandle, left_df: DataFrame, right_df: DataFrame
 ) -> FkJoinShape:
     """Check the spec against the live tables and build the column expressions; reads no data."""
     left_schema, right_schema = left_df.schema, right_df.schema
-    _require_columns(left_schema, spec.left.key, "left.key", left)
-    _require_columns(right_schema, spec.right.key, "right.key", right)
+    require_columns(_names(left_schema), spec.left.key, "left.key", left)
+    require_columns(_names(right_schema), spec.right.key, "right.key", right)
     right_types = {f.name: f.dataType for f in right_schema.fields}
     fk_columns = [f"{FK_PREFIX}{i}" for i in range(len(spec.right.key))]
     if isinstance(spec.foreign_key, list):
-        _require_columns(left_schema, spec.foreign_key, "foreign_key", left)
+        require_columns(_names(left_schema), spec.foreign_key, "foreign_key", left)
         fk_exprs = [F.col(quote(c)) for c in spec.foreign_key]
         sources = [f"left column {c!r}" for c in spec.foreign_key]
         field_paths = [f"foreign_key[{i}]" for i in range(len(spec.foreign_key))]
@@ -101,7 +81,7 @@ def resolve_shape(
         fk_exprs = [F.expr(e) for e in spec.foreign_key.expressions]
         sources = [f"expression {e!r}" for e in spec.foreign_key.expressions]
         field_paths = [f"foreign_key.expr[{i}]" for i in range(len(fk_exprs))]
-    typed = _analysed(
+    typed = analysed(
         "foreign_key",
         lambda: left_df.select(*[e.alias(n) for e, n in zip(fk_exprs, fk_columns, strict=True)]),
     )
@@ -134,7 +114,7 @@ def resolve_shape(
             F.expr(expression).alias(name) for name, expression in spec.columns.items()
         ]
     probe = left_df.limit(0).alias("l").join(right_df.limit(0).alias("r"), F.lit(False), "left")
-    _analysed("columns", lambda: probe.select(*projection))
+    analysed("columns", lambda: probe.select(*projection))
     value_columns = [c for c in output_columns if c not in spec.left.key]
     return FkJoinShape(
         left_key=list(spec.left.key),
@@ -235,60 +215,34 @@ def run_foreign_key_join(spec: ForeignKeyJoinSpec, spark: SparkSession) -> dict[
         for side, h in (("left", left), ("right", right))
     }
     plan = plan_refresh(previous=previous, fingerprint=fingerprint, kind=spec.kind, current=current)
-
-    def result(plan: RefreshPlan, output_version: int | None, rows: dict[str, Any]) -> dict[str, Any]:
-        inputs = {
-            side: {
-                "path": current[side].location,
-                "from_version": plan.from_versions.get(side),
-                "to_version": to_versions[side],
-            }
-            for side in current
-        }
-        return refresh_result(
-            kind=spec.kind,
-            plan=plan,
-            output_location=output.location,
-            output_version=output_version,
-            inputs=inputs,
-            rows=rows,
-            warnings=warnings,
-            started=started,
-        )
-
+    refresh = RefreshContext(
+        spec.kind,
+        output,
+        previous,
+        fingerprint,
+        {side: state.consumed() for side, state in current.items()},
+        started,
+        warnings,
+    )
     if plan.mode == "noop":
         assert previous is not None
         phase("committed")
-        return result(plan, previous.output_version, _rows())
-
-    inputs_progress = {
-        side: InputProgress(current[side].location, current[side].table_id, to_versions[side])
-        for side in current
-    }
-
-    def request(mode: str) -> CommitRequest:
-        return new_commit_request(
-            output,
-            previous=previous,
-            kind=spec.kind,
-            fingerprint=fingerprint,
-            mode=mode,
-            reason=plan.reason,
-            inputs=inputs_progress,
-        )
+        return refresh.result(plan, previous.output_version, _rows())
 
     if plan.mode == "incremental":
-        incremental = _incremental(spec, shape, sides, output, plan, to_versions, request)
+        incremental = _incremental(
+            spec, shape, sides, output, plan, to_versions, refresh.request("incremental", plan.reason)
+        )
         if isinstance(incremental, str):
             plan = RefreshPlan("full", incremental, dict.fromkeys(current))
         else:
             version, rows = incremental
             phase("committed")
-            return result(plan, version, rows)
+            return refresh.result(plan, version, rows)
 
-    version, rows = _full(spec, shape, sides, output, request)
+    version, rows = _full(spec, shape, sides, output, refresh.request("full", plan.reason))
     phase("committed")
-    return result(plan, version, rows)
+    return refresh.result(plan, version, rows)
 
 
 def _rows(
@@ -317,7 +271,7 @@ def _full(
     shape: FkJoinShape,
     sides: dict[str, JoinInput],
     output: DeltaHandle,
-    request: Any,
+    request: CommitRequest,
 ) -> tuple[int, dict[str, Any]]:
     left_df, right_df = sides["left"].rows, sides["right"].rows
     null_left = _null_keys(sides["left"], shape.left_key)
@@ -325,7 +279,7 @@ def _full(
     phase("changes_read")
     joined = _join(_with_fk(left_df, shape), right_df.where(~key_is_null(shape.right_key)), shape, spec.how)
     phase("merge_started")
-    commit = write_full_output(output, joined, shape.left_key, shape.value_columns, request("full"))
+    commit = write_full_output(output, joined, shape.left_key, shape.value_columns, request)
     rows = _rows(commit.inserted, commit.updated, commit.deleted, null_left=null_left, null_right=null_right)
     return commit.version, rows
 
@@ -337,7 +291,7 @@ def _incremental(
     output: DeltaHandle,
     plan: RefreshPlan,
     to_versions: dict[str, int],
-    request: Any,
+    request: CommitRequest,
 ) -> tuple[int, dict[str, Any]] | str:
     """The incremental path: (output version, rows), or the reason to rebuild when a feed cannot serve."""
     left, right = sides["left"].handle, sides["right"].handle
@@ -348,7 +302,7 @@ def _incremental(
     try:
         left_changes = _read_changes(sides["left"], shape.left_key, left_from, empty)
         right_changes = _read_changes(sides["right"], shape.right_key, right_from, empty)
-    except _FeedUnavailable as unavailable:
+    except FeedUnavailable as unavailable:
         for changes in empty:
             changes.release()
         return str(unavailable)
@@ -359,7 +313,7 @@ def _incremental(
             spec, shape, left, right, to_versions, left_df, right_df, left_changes, right_changes, cached
         )
         phase("merge_started")
-        commit = merge_output(output, source, shape.left_key, shape.value_columns, request("incremental"))
+        commit = merge_output(output, source, shape.left_key, shape.value_columns, request)
     finally:
         for frame in cached:
             frame.unpersist()
@@ -378,10 +332,6 @@ def _incremental(
     return commit.version, rows
 
 
-class _FeedUnavailable(Exception):
-    pass
-
-
 def _read_changes(side: JoinInput, key: list[str], after: int, opened: list[ChangedKeys]) -> ChangedKeys:
     """The keys a side changed after version ``after``: rows of a table, or new events of a changelog.
 
@@ -394,16 +344,12 @@ def _read_changes(side: JoinInput, key: list[str], after: int, opened: list[Chan
         found = ChangedKeys(keys=empty, count=0, change_rows=0, null_keys=0, cached=empty)
         opened.append(found)
         return found
-    try:
-        found = changed_keys(table, key, after, to)
-    except Exception as exc:  # Delta reports missing history through several exception types
-        if isinstance(exc, AnalysisException | ParseException) and "UNRESOLVED" in str(exc):
-            raise
-        raise _FeedUnavailable(cdf_unavailable_reason(table.role, table.location, after, to, exc)) from exc
+    found = changed_keys(table, key, after, to)
     opened.append(found)
     if side.changelog is not None:
-        events = table.changes(after, to).where(F.col("_change_type") == "insert")
-        cl.check_events(events, side.changelog, table)
+        with feed_errors(table, after, to):
+            events = table.changes(after, to).where(F.col("_change_type") == "insert")
+            cl.check_events(events, side.changelog, table)
     return found
 
 

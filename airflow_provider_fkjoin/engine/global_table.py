@@ -25,54 +25,24 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
-from pyspark.errors import AnalysisException, ParseException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from . import changelog as cl
-from .changes import changed_keys, check_keys, maybe_broadcast
-from .commit_log import InputProgress, read_progress
-from .errors import SpecError
-from .merge import PRESENT, Commit, CommitRequest, merge_output, new_commit_request, write_full_output
-from .planning import InputState, RefreshPlan, cdf_unavailable_reason, plan_refresh, refresh_result
+from .changes import FeedUnavailable, changed_keys, check_keys, feed_errors, maybe_broadcast, read_feed
+from .commit_log import read_progress
+from .merge import PRESENT, Commit, CommitRequest, RefreshContext, merge_output, write_full_output
+from .planning import InputState, RefreshPlan, plan_refresh
 from .spec import GlobalTableBootstrapSpec, SourceRef, quote, spec_fingerprint
-from .tables import DeltaHandle, key_is_null, table_size_bytes
+from .tables import DeltaHandle, key_is_null, require_columns, table_size_bytes
 from .trace import phase
 
 log = logging.getLogger(__name__)
 
 SIDE = "source"
-
-
-class FeedUnavailable(Exception):
-    """A change feed cannot serve an incremental refresh; the message is the full-rebuild reason."""
-
-
-def read_feed(table: DeltaHandle, after: int, to: int) -> DataFrame:
-    """The change feed of versions ``after+1..to``, analysed now so vacuumed history fails here."""
-    try:
-        feed = table.changes(after, to)
-        feed.schema  # noqa: B018 - forces analysis: missing versions surface before any job
-    except Exception as exc:  # Delta reports missing history through several exception types
-        if isinstance(exc, AnalysisException | ParseException) and "UNRESOLVED" in str(exc):
-            raise
-        raise FeedUnavailable(cdf_unavailable_reason(table.role, table.location, after, to, exc)) from exc
-    return feed
-
-
-def require_columns(names: list[str], columns: list[str], field_path: str, table: DeltaHandle) -> None:
-    """SpecError naming the first of ``columns`` missing from ``names`` (a table's columns)."""
-    for index, column in enumerate(columns):
-        if column not in names:
-            raise SpecError(
-                f"{field_path}[{index}]: column {column!r} is not in {table.role} table {table.location} "
-                f"(columns: {', '.join(names)})"
-            )
 
 
 @dataclass(frozen=True)
@@ -135,6 +105,9 @@ def run_global_table_bootstrap(spec: GlobalTableBootstrapSpec, spark: SparkSessi
     previous = read_progress(output)
     current = {SIDE: InputState(source.location, state.table_id, high_watermark, state.cdf_enabled)}
     plan = plan_refresh(previous=previous, fingerprint=fingerprint, kind=spec.kind, current=current)
+    refresh = RefreshContext(
+        spec.kind, output, previous, fingerprint, {SIDE: current[SIDE].consumed()}, started, warnings
+    )
 
     def result(plan: RefreshPlan, output_version: int | None, rows: dict[str, Any]) -> dict[str, Any]:
         latest = source.state().version
@@ -148,22 +121,10 @@ def run_global_table_bootstrap(spec: GlobalTableBootstrapSpec, spark: SparkSessi
                 )
         for warning in warnings:
             log.warning(warning)
-        inputs = {
-            SIDE: {
-                "path": source.location,
-                "from_version": plan.from_versions.get(SIDE),
-                "to_version": high_watermark,
-            }
-        }
-        return refresh_result(
-            kind=spec.kind,
-            plan=plan,
-            output_location=output.location,
-            output_version=output_version,
-            inputs=inputs,
-            rows=rows,
-            warnings=warnings,
-            started=started,
+        return refresh.result(
+            plan,
+            output_version,
+            rows,
             high_watermark=high_watermark,
             checkpoint=high_watermark,
             caught_up=high_watermark >= latest,
@@ -174,31 +135,18 @@ def run_global_table_bootstrap(spec: GlobalTableBootstrapSpec, spark: SparkSessi
         phase("committed")
         return result(plan, previous.output_version, _rows())
 
-    inputs_progress = {SIDE: InputProgress(source.location, state.table_id, high_watermark)}
-
-    def request(mode: str, reason: str) -> CommitRequest:
-        return new_commit_request(
-            output,
-            previous=previous,
-            kind=spec.kind,
-            fingerprint=fingerprint,
-            mode=mode,
-            reason=reason,
-            inputs=inputs_progress,
-        )
-
     if plan.mode == "incremental":
         after = plan.from_versions[SIDE]
         assert after is not None
-        make_request = partial(request, "incremental", plan.reason)
+        request = refresh.request("incremental", plan.reason)
         try:
             if shape.changelog is None:
                 commit, rows = _incremental_table(
-                    shape, source, output, after, high_watermark, source_df, make_request
+                    shape, source, output, after, high_watermark, source_df, request
                 )
             else:
                 commit, rows = _incremental_changelog(
-                    shape.changelog, shape, source, output, after, high_watermark, make_request
+                    shape.changelog, shape, source, output, after, high_watermark, request
                 )
         except FeedUnavailable as unavailable:
             plan = RefreshPlan("full", str(unavailable), dict.fromkeys(current))
@@ -206,8 +154,9 @@ def run_global_table_bootstrap(spec: GlobalTableBootstrapSpec, spark: SparkSessi
             phase("committed")
             return result(plan, commit.version, rows)
 
-    reason = plan.reason
-    commit, rows = _full(shape, source, output, high_watermark, source_df, partial(request, "full", reason))
+    commit, rows = _full(
+        shape, source, output, high_watermark, source_df, refresh.request("full", plan.reason)
+    )
     phase("committed")
     return result(plan, commit.version, rows)
 
@@ -218,7 +167,7 @@ def _full(
     output: DeltaHandle,
     version: int,
     source_df: DataFrame,
-    request: Callable[[], CommitRequest],
+    request: CommitRequest,
 ) -> tuple[Commit, dict[str, Any]]:
     """Materialise the source at ``version`` into the output (create, reconcile, or replace)."""
     if shape.changelog is None:
@@ -231,7 +180,7 @@ def _full(
         rows = cl.latest_state(source_df, shape.changelog, keep_order=True)
     phase("changes_read")
     phase("merge_started")
-    commit = write_full_output(output, rows, shape.key, shape.value_columns, request())
+    commit = write_full_output(output, rows, shape.key, shape.value_columns, request)
     return commit, _rows(commit, null_keys=null_keys, null_orders=stats.null_orders if stats else 0)
 
 
@@ -242,15 +191,10 @@ def _incremental_table(
     after: int,
     to: int,
     source_df: DataFrame,
-    request: Callable[[], CommitRequest],
+    request: CommitRequest,
 ) -> tuple[Commit, dict[str, Any]]:
     """A keyed source: re-read the keys its change feed touched from the pinned snapshot and merge them."""
-    try:
-        changes = changed_keys(source, shape.key, after, to)
-    except Exception as exc:
-        if isinstance(exc, AnalysisException | ParseException) and "UNRESOLVED" in str(exc):
-            raise
-        raise FeedUnavailable(cdf_unavailable_reason(SIDE, source.location, after, to, exc)) from exc
+    changes = changed_keys(source, shape.key, after, to)
     phase("changes_read")
     cached: list[DataFrame] = []
     try:
@@ -266,7 +210,7 @@ def _incremental_table(
         )
         phase("merge_started")
         commit = merge_output(
-            output, maybe_broadcast(merge_source, changes.count), shape.key, shape.value_columns, request()
+            output, maybe_broadcast(merge_source, changes.count), shape.key, shape.value_columns, request
         )
     finally:
         for frame in cached:
@@ -282,7 +226,7 @@ def _incremental_changelog(
     output: DeltaHandle,
     after: int,
     to: int,
-    request: Callable[[], CommitRequest],
+    request: CommitRequest,
 ) -> tuple[Commit, dict[str, Any]]:
     """A changelog source: apply only the events appended since the checkpoint.
 
@@ -295,10 +239,8 @@ def _incremental_changelog(
     batch = feed.select(*[F.col(quote(c)) for c in dict.fromkeys(needed)], "_change_type").persist()
     cached: list[DataFrame] = [batch]
     try:
-        try:
+        with feed_errors(source, after, to):  # vacuumed change files surface when the feed is first read
             rewritten = batch.where(F.col("_change_type") != "insert").limit(1).count()
-        except Exception as exc:  # vacuumed change files surface when the feed is first read
-            raise FeedUnavailable(cdf_unavailable_reason(SIDE, source.location, after, to, exc)) from exc
         if rewritten:
             raise FeedUnavailable(
                 f"changelog source {source.location} is not append-only: versions {after + 1}..{to} "
@@ -341,7 +283,7 @@ def _incremental_changelog(
         )
         phase("merge_started")
         commit = merge_output(
-            output, maybe_broadcast(merge_source, applied), shape.key, shape.value_columns, request()
+            output, maybe_broadcast(merge_source, applied), shape.key, shape.value_columns, request
         )
     finally:
         for frame in cached:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime
 from dataclasses import dataclass
+from typing import Any
 
 from delta.exceptions import DeltaConcurrentModificationException
 from pyspark.errors import AnalysisException
@@ -26,6 +27,7 @@ from .commit_log import (
     transaction_app_id,
 )
 from .errors import ConcurrentRefreshError
+from .planning import RefreshPlan, refresh_result
 from .spec import quote
 from .tables import DeltaHandle, null_safe_equal
 
@@ -59,27 +61,70 @@ class CommitRequest:
     seq: int
 
 
-def new_commit_request(
-    output: DeltaHandle,
-    *,
-    previous: Progress | None,
-    kind: str,
-    fingerprint: str,
-    mode: str,
-    reason: str,
-    inputs: dict[str, InputProgress],
-) -> CommitRequest:
-    """The identity of the refresh commit that follows ``previous``: next seq, progress, transaction id.
+@dataclass
+class RefreshContext:
+    """One refresh of one output, from its pinned inputs to its result: what every kind shares.
 
-    >>> new_commit_request(out, previous=None, kind="foreign_key_join", fingerprint="9f2c",
-    ...                    mode="full", reason="first run", inputs={...}).seq
+    ``consumed`` is what the refresh's commit records per input; ``warnings`` collects what the
+    result reports (a list the caller may keep appending to).
+
+    >>> refresh = RefreshContext("foreign_key_join", out, read_progress(out), "9f2c",
+    ...                          {"left": state.consumed()}, time.monotonic(), [])
+    >>> refresh.request("full", "first run").seq
     1
     """
-    seq = (previous.seq if previous else 0) + 1
-    metadata, token = new_progress_metadata(
-        seq=seq, kind=kind, fingerprint=fingerprint, mode=mode, inputs=inputs, reason=reason
-    )
-    return CommitRequest(metadata, token, transaction_app_id(output.location), seq)
+
+    kind: str
+    output: DeltaHandle
+    previous: Progress | None
+    fingerprint: str
+    consumed: dict[str, InputProgress]
+    started: float
+    warnings: list[str]
+
+    def request(self, mode: str, reason: str) -> CommitRequest:
+        """The identity of the refresh commit that follows ``previous``: next seq, progress, txn id."""
+        seq = (self.previous.seq if self.previous else 0) + 1
+        metadata, token = new_progress_metadata(
+            seq=seq,
+            kind=self.kind,
+            fingerprint=self.fingerprint,
+            mode=mode,
+            inputs=self.consumed,
+            reason=reason,
+        )
+        return CommitRequest(metadata, token, transaction_app_id(self.output.location), seq)
+
+    def result(
+        self,
+        plan: RefreshPlan,
+        output_version: int | None,
+        rows: dict[str, Any],
+        *,
+        inputs: dict[str, dict[str, Any]] | None = None,
+        **extra: Any,
+    ) -> dict[str, Any]:
+        """The result dict; ``inputs`` defaults to each consumed input's path and version range."""
+        if inputs is None:
+            inputs = {
+                side: {
+                    "path": progress.location,
+                    "from_version": plan.from_versions.get(side),
+                    "to_version": progress.version,
+                }
+                for side, progress in self.consumed.items()
+            }
+        return refresh_result(
+            kind=self.kind,
+            plan=plan,
+            output_location=self.output.location,
+            output_version=output_version,
+            inputs=inputs,
+            rows=rows,
+            warnings=self.warnings,
+            started=self.started,
+            **extra,
+        )
 
 
 def _concurrent(output: DeltaHandle, cause: Exception | None = None) -> ConcurrentRefreshError:

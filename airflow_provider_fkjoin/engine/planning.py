@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from .commit_log import Progress
+from .commit_log import InputProgress, Progress
 
 
 @dataclass(frozen=True)
@@ -24,6 +24,10 @@ class InputState:
     table_id: str
     version: int
     cdf_enabled: bool
+
+    def consumed(self) -> InputProgress:
+        """What a refresh that reads this input up to its pinned version records in its commit."""
+        return InputProgress(self.location, self.table_id, self.version)
 
 
 @dataclass(frozen=True)

@@ -37,35 +37,32 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from pyspark.errors import AnalysisException, ParseException
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from . import changelog as cl
 from . import watermarks
-from .changes import BROADCAST_LIMIT_ROWS, check_keys
+from .changes import BROADCAST_LIMIT_ROWS, FeedUnavailable, check_keys, feed_errors, read_feed
 from .commit_log import InputProgress, read_progress
 from .errors import SpecError, TableNotBootstrappedError
-from .global_table import FeedUnavailable, read_feed, require_columns
-from .merge import Commit, CommitRequest, append_output, new_commit_request
-from .planning import InputState, RefreshPlan, plan_refresh, refresh_result
+from .merge import Commit, CommitRequest, RefreshContext, append_output
+from .planning import InputState, RefreshPlan, plan_refresh
 from .spec import RESERVED_PREFIX, StreamTableJoinSpec, TableRef, quote, spec_fingerprint
-from .tables import CDF_COLUMNS, DeltaHandle, TableState, key_is_null, table_size_bytes
+from .tables import (
+    CDF_COLUMNS,
+    DeltaHandle,
+    TableState,
+    analysed,
+    key_is_null,
+    require_columns,
+    table_size_bytes,
+)
 from .trace import phase
 
 log = logging.getLogger(__name__)
 
 MAPPED_PREFIX = "_fkjoin_mk"
 BOOTSTRAP_KIND = "global_table_bootstrap"
-
-
-def _analysed(what: str, build: Any) -> Any:
-    """Run Spark analysis of user SQL and turn its failure into a SpecError naming the field."""
-    try:
-        return build()
-    except (AnalysisException, ParseException) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise SpecError(f"{what}: {first[:300]}") from None
 
 
 @dataclass(frozen=True)
@@ -138,7 +135,7 @@ def resolve_shape(
         exprs = [F.expr(e) for e in spec.key_mapper.expressions]
         sources = [f"expression {e!r}" for e in spec.key_mapper.expressions]
         paths = [f"key_mapper.expr[{i}]" for i in range(len(exprs))]
-    typed = _analysed(
+    typed = analysed(
         "key_mapper",
         lambda: stream_df.select(*[e.alias(n) for e, n in zip(exprs, mapped_columns, strict=True)]),
     )
@@ -170,7 +167,7 @@ def resolve_shape(
             F.expr(expression).alias(name) for name, expression in spec.columns.items()
         ]
     probe = stream_df.limit(0).alias("s").join(table_df.alias("t"), F.lit(False), "left")
-    _analysed("columns", lambda: probe.select(*projection))
+    analysed("columns", lambda: probe.select(*projection))
     return StreamJoinShape(list(spec.table.key), mapped_columns, exprs, output_columns, projection)
 
 
@@ -310,55 +307,35 @@ def run_stream_table_join(spec: StreamTableJoinSpec, spark: SparkSession) -> dic
         "stream": InputState(stream.location, s_state.table_id, versions["stream"], s_state.cdf_enabled)
     }
     plan = plan_refresh(previous=previous, fingerprint=fingerprint, kind=spec.kind, current=current)
-    locations = {"stream": stream.location, "table": table.location}
+    consumed = {
+        "stream": current["stream"].consumed(),
+        "table": InputProgress(table.location, states["table"].table_id, versions["table"]),
+    }
+    refresh = RefreshContext(spec.kind, output, previous, fingerprint, consumed, started, warnings)
 
     def result(plan: RefreshPlan, output_version: int | None, rows: dict[str, Any]) -> dict[str, Any]:
         for warning in warnings:
             log.warning(warning)
+        # the table is looked up, not consumed: its range is the versions the output's records saw
         table_from = previous.inputs["table"].version if previous and "table" in previous.inputs else None
         inputs = {
             "stream": {
-                "path": locations["stream"],
+                "path": stream.location,
                 "from_version": plan.from_versions.get("stream"),
                 "to_version": versions["stream"],
             },
             "table": {
-                "path": locations["table"],
+                "path": table.location,
                 "from_version": table_from if plan.mode != "full" else None,
                 "to_version": versions["table"] if plan.mode != "noop" else table_from,
             },
         }
-        return refresh_result(
-            kind=spec.kind,
-            plan=plan,
-            output_location=output.location,
-            output_version=output_version,
-            inputs=inputs,
-            rows=rows,
-            warnings=warnings,
-            started=started,
-        )
+        return refresh.result(plan, output_version, rows, inputs=inputs)
 
     if plan.mode == "noop":
         assert previous is not None
         phase("committed")
         return result(plan, previous.output_version, _rows())
-
-    inputs_progress = {
-        side: InputProgress(locations[side], states[side].table_id, versions[side])
-        for side in ("stream", "table")
-    }
-
-    def request(mode: str, reason: str) -> CommitRequest:
-        return new_commit_request(
-            output,
-            previous=previous,
-            kind=spec.kind,
-            fingerprint=fingerprint,
-            mode=mode,
-            reason=reason,
-            inputs=inputs_progress,
-        )
 
     if plan.mode == "incremental":
         after = plan.from_versions["stream"]
@@ -373,7 +350,7 @@ def run_stream_table_join(spec: StreamTableJoinSpec, spark: SparkSession) -> dic
                 after,
                 versions["stream"],
                 warnings,
-                request("incremental", plan.reason),
+                refresh.request("incremental", plan.reason),
             )
         except FeedUnavailable as unavailable:
             plan = RefreshPlan("full", str(unavailable), {"stream": None})
@@ -381,7 +358,9 @@ def run_stream_table_join(spec: StreamTableJoinSpec, spark: SparkSession) -> dic
             phase("committed")
             return result(plan, commit.version, rows)
 
-    commit, rows = _full(spec, shape, stream_df, lookup, output, warnings, request("full", plan.reason))
+    commit, rows = _full(
+        spec, shape, stream_df, lookup, output, warnings, refresh.request("full", plan.reason)
+    )
     phase("committed")
     return result(plan, commit.version, rows)
 
@@ -438,13 +417,8 @@ def _incremental(
     feed = read_feed(stream, after, to).persist()
     cached: list[DataFrame] = [feed]
     try:
-        try:
+        with feed_errors(stream, after, to):  # vacuumed change files surface when the feed is first read
             counts = {row[0]: int(row[1]) for row in feed.groupBy("_change_type").count().collect()}
-        except Exception as exc:  # vacuumed change files surface when the feed is first read
-            raise FeedUnavailable(
-                f"change feed of input stream ({stream.location}) for versions {after + 1}..{to} is "
-                f"unavailable (history vacuumed or CDF was off): {str(exc).splitlines()[0][:200]}"
-            ) from exc
         read = counts.get("insert", 0)
         ignored = sum(n for change, n in counts.items() if change not in {"insert", "update_preimage"})
         if ignored:

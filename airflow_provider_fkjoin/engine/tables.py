@@ -13,6 +13,7 @@ from typing import Any
 
 import deltalake
 from delta.tables import DeltaTable
+from pyspark.errors import AnalysisException, ParseException
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -185,3 +186,22 @@ def table_size_bytes(table: DeltaHandle, version: int | None = None) -> int:
         path = jvm.org.apache.hadoop.fs.Path(name)
         total += int(path.getFileSystem(conf).getFileStatus(path).getLen())
     return total
+
+
+def require_columns(names: list[str], columns: list[str], field_path: str, table: DeltaHandle) -> None:
+    """SpecError naming the first of ``columns`` missing from ``names`` (a table's columns)."""
+    for index, column in enumerate(columns):
+        if column not in names:
+            raise SpecError(
+                f"{field_path}[{index}]: column {column!r} is not in {table.role} table {table.location} "
+                f"(columns: {', '.join(names)})"
+            )
+
+
+def analysed(what: str, build: Any) -> Any:
+    """Run Spark analysis of user SQL and turn its failure into a SpecError naming the field."""
+    try:
+        return build()
+    except (AnalysisException, ParseException) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise SpecError(f"{what}: {first[:300]}") from None
