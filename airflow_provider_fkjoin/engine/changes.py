@@ -16,7 +16,7 @@ from pyspark.errors import AnalysisException, ParseException
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from .errors import InputDataError
+from .errors import FkJoinError, InputDataError
 from .planning import cdf_unavailable_reason
 from .spec import quote
 from .tables import LIVE_CHANGE_TYPES, DeltaHandle, key_is_null
@@ -32,11 +32,14 @@ class FeedUnavailable(Exception):
 def feed_errors(table: DeltaHandle, after: int, to: int) -> Iterator[None]:
     """Turn a failure to read ``table``'s change feed (vacuumed history, CDF off for a while) into
     :class:`FeedUnavailable`. An unresolved column is a bug or a spec error, not a missing feed, so
-    it passes through. Delta reports missing history through several exception types.
+    it passes through, as do the engine's own errors (a lost commit race stays a ConcurrentRefreshError).
+    Delta reports missing history through several exception types.
     """
     try:
         yield
     except Exception as exc:
+        if isinstance(exc, FkJoinError):
+            raise
         if isinstance(exc, AnalysisException | ParseException) and "UNRESOLVED" in str(exc):
             raise
         raise FeedUnavailable(cdf_unavailable_reason(table.role, table.location, after, to, exc)) from exc

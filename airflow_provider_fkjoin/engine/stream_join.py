@@ -34,10 +34,12 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
 from . import changelog as cl
@@ -414,13 +416,20 @@ def _incremental(
     The table is first narrowed to the batch's mapped keys (a scan of the table, no shuffle), and
     that slice is broadcast into the join.
     """
-    feed = read_feed(stream, after, to).persist()
-    cached: list[DataFrame] = [feed]
+    feed = read_feed(stream, after, to)
+    cached: list[DataFrame] = []
+    appended = stream.appended_rows(after, to)
     try:
-        with feed_errors(stream, after, to):  # vacuumed change files surface when the feed is first read
-            counts = {row[0]: int(row[1]) for row in feed.groupBy("_change_type").count().collect()}
-        read = counts.get("insert", 0)
-        ignored = sum(n for change, n in counts.items() if change not in {"insert", "update_preimage"})
+        if appended is not None:
+            # Blind appends only: the log gives the count, and the feed is first read by the write.
+            read, ignored = appended, 0
+        else:
+            feed = feed.persist()
+            cached.append(feed)
+            with feed_errors(stream, after, to):  # vacuumed change files surface when first read
+                counts = {row[0]: int(row[1]) for row in feed.groupBy("_change_type").count().collect()}
+            read = counts.get("insert", 0)
+            ignored = sum(n for change, n in counts.items() if change not in {"insert", "update_preimage"})
         if ignored:
             warnings.append(
                 f"stream {stream.location} deleted or updated {ignored} record(s) in versions {after + 1}.."
@@ -428,29 +437,16 @@ def _incremental(
             )
         records = feed.where(F.col("_change_type") == "insert").drop(*CDF_COLUMNS)
         phase("changes_read")
-        if read > BROADCAST_LIMIT_ROWS:
-            size = table_size_bytes(lookup.handle, lookup.version)
-            broadcast = size <= spec.broadcast_limit_bytes
-            table_rows = lookup.rows()
-            looked_up = 0
-            if not broadcast:
-                warnings.append(
-                    f"table {lookup.handle.location} is {size} bytes on disk, above broadcast_limit_bytes "
-                    f"({spec.broadcast_limit_bytes}): the batch is shuffled for a sort-merge join"
-                )
-        else:
-            mapped = records.select(
-                *[e.alias(k) for e, k in zip(shape.mapped_exprs, shape.table_key, strict=True)]
-            ).where(~key_is_null(shape.table_key))
-            table_rows = lookup.rows(mapped.distinct()).persist()
-            cached.append(table_rows)
-            if lookup.needs_key_check:
-                check_keys(table_rows, lookup.key, lookup.handle, lookup.version, count_nulls=False)
-            looked_up = table_rows.count()
-            broadcast = True
-        joined = lookup_join(records, table_rows, shape, spec.how, broadcast=broadcast)
-        phase("merge_started")
-        commit = append_output(output, joined, request)
+        # Without the counting job the batch's change files are first read here.
+        reading = feed_errors(stream, after, to) if appended is not None else nullcontext()
+        with reading:
+            table_rows, looked_up_rows, broadcast = _batch_lookup(
+                spec, shape, lookup, records, read, warnings, cached
+            )
+            joined = lookup_join(records, table_rows, shape, spec.how, broadcast=broadcast)
+            phase("merge_started")
+            commit = append_output(output, joined, request)
+        looked_up = looked_up_rows()
     finally:
         for frame in cached:
             frame.unpersist()
@@ -462,3 +458,57 @@ def _incremental(
         strategy="broadcast" if broadcast else "shuffle",
     )
     return commit, rows
+
+
+def _batch_lookup(
+    spec: StreamTableJoinSpec,
+    shape: StreamJoinShape,
+    lookup: LookupTable,
+    records: DataFrame,
+    read: int,
+    warnings: list[str],
+    cached: list[DataFrame],
+) -> tuple[DataFrame, Callable[[], int], bool]:
+    """The table rows a batch of ``read`` records joins: (rows, rows looked up once joined, broadcast).
+
+    A batch of up to ``BROADCAST_LIMIT_ROWS`` records narrows the table to its mapped keys and
+    broadcasts that slice; a larger one joins the whole table, broadcast when it is small enough on
+    disk. The slice of a table that needs no duplicate check is neither cached nor counted: the join
+    reads it once, and an observed metric counts it on the way.
+    """
+    if read > BROADCAST_LIMIT_ROWS:
+        size = table_size_bytes(lookup.handle, lookup.version)
+        broadcast = size <= spec.broadcast_limit_bytes
+        if not broadcast:
+            warnings.append(
+                f"table {lookup.handle.location} is {size} bytes on disk, above broadcast_limit_bytes "
+                f"({spec.broadcast_limit_bytes}): the batch is shuffled for a sort-merge join"
+            )
+        return lookup.rows(), lambda: 0, broadcast
+    mapped = records.select(
+        *[e.alias(k) for e, k in zip(shape.mapped_exprs, shape.table_key, strict=True)]
+    ).where(~key_is_null(shape.table_key))
+    table_rows = lookup.rows(mapped.distinct())
+    if lookup.needs_key_check:
+        table_rows = table_rows.persist()
+        cached.append(table_rows)
+        check_keys(table_rows, lookup.key, lookup.handle, lookup.version, count_nulls=False)
+        looked_up = table_rows.count()
+        return table_rows, lambda: looked_up, True
+    observation = Observation()
+    table_rows = table_rows.observe(observation, F.count(F.lit(1)).alias("rows"))
+    return table_rows, lambda: _observed_rows(observation), True
+
+
+def _observed_rows(observation: Observation) -> int:
+    """The row count an observation collected; 0 when its node never ran (the optimizer removed it for
+    an empty table), which Spark reports as an empty metrics map.
+
+    PySpark's ``get`` waits forever for a node that never runs and fails on an empty map, so the
+    JVM object is asked directly, once the action is done.
+    """
+    jvm_observation = observation._jo  # type: ignore[attr-defined]
+    if jvm_observation is None or not jvm_observation.future().isCompleted():
+        return 0
+    rows = jvm_observation.getAsJava().get("rows")
+    return int(rows) if rows is not None else 0

@@ -109,25 +109,58 @@ class DeltaHandle:
         )
 
     def history(self, limit: int) -> list[dict[str, Any]]:
-        """The newest ``limit`` commits, newest first: version, timestamp, userMetadata, operationMetrics."""
+        """The newest ``limit`` commits, newest first: version, timestamp, operation, isBlindAppend,
+        userMetadata and operationMetrics."""
         local = self.local_path
         if local is not None:
             return [
                 {
                     "version": int(entry["version"]),
                     "timestamp": datetime.fromtimestamp(entry["timestamp"] / 1000, tz=UTC),
+                    "operation": entry.get("operation"),
+                    "isBlindAppend": bool(entry.get("isBlindAppend")),
                     "userMetadata": entry.get("userMetadata"),
                     "operationMetrics": {k: str(v) for k, v in (entry.get("operationMetrics") or {}).items()},
                 }
                 for entry in deltalake.DeltaTable(str(local)).history(limit)
             ]
         rows = self.delta_table.history(limit).select(
-            "version", "timestamp", "userMetadata", "operationMetrics"
+            "version", "timestamp", "operation", "isBlindAppend", "userMetadata", "operationMetrics"
         )
         return [
-            {**row.asDict(), "operationMetrics": dict(row["operationMetrics"] or {})}
+            {
+                **row.asDict(),
+                "isBlindAppend": bool(row["isBlindAppend"]),
+                "operationMetrics": dict(row["operationMetrics"] or {}),
+            }
             for row in rows.orderBy("version", ascending=False).collect()
         ]
+
+    def appended_rows(self, after_version: int, to_version: int) -> int | None:
+        """Rows added by versions ``after_version+1 .. to_version`` when every one of them is a blind
+        append that recorded its row count; None when any is not (an update, a delete, a compaction)
+        or the history no longer covers the range.
+
+        Read from the Delta log, so a stream refresh knows its batch size without a Spark job. The
+        change feed of a blind append is exactly its new rows, all ``insert``.
+
+        >>> orders.appended_rows(4, 6)  # two appends of 10,000 rows each
+        20000
+        """
+        wanted = range(after_version + 1, to_version + 1)
+        if not wanted:
+            return 0
+        entries = {entry["version"]: entry for entry in self.history(len(wanted) + 16)}
+        if any(version not in entries for version in wanted):
+            return None
+        total = 0
+        for version in wanted:
+            entry = entries[version]
+            rows = entry["operationMetrics"].get("numOutputRows")
+            if not entry["isBlindAppend"] or rows is None:
+                return None
+            total += int(rows)
+        return total
 
     def read(self, version: int | None = None) -> DataFrame:
         """The table as of ``version`` (latest when None)."""
