@@ -377,13 +377,7 @@ def _full(
     request: CommitRequest,
 ) -> tuple[Commit, dict[str, Any]]:
     """Join every stream record to the pinned table; create or replace the output."""
-    size = table_size_bytes(lookup.handle, lookup.version)
-    broadcast = size <= spec.broadcast_limit_bytes
-    if not broadcast:
-        warnings.append(
-            f"table {lookup.handle.location} is {size} bytes on disk, above broadcast_limit_bytes "
-            f"({spec.broadcast_limit_bytes}): the whole stream is shuffled for a sort-merge join"
-        )
+    broadcast = _fits_broadcast(spec, lookup, warnings, "the whole stream")
     table_rows = lookup.rows()
     if lookup.needs_key_check:
         check_keys(table_rows, lookup.key, lookup.handle, lookup.version, count_nulls=False)
@@ -392,6 +386,21 @@ def _full(
     phase("merge_started")
     commit = append_output(output, joined, request, replace=output.exists())
     return commit, _rows(commit, read=_row_count(stream_df), strategy="broadcast" if broadcast else "shuffle")
+
+
+def _fits_broadcast(
+    spec: StreamTableJoinSpec, lookup: LookupTable, warnings: list[str], shuffled: str
+) -> bool:
+    """Whether the whole table is small enough on disk to broadcast; warns (naming what is shuffled
+    instead, e.g. "the batch") when it is not."""
+    size = table_size_bytes(lookup.handle, lookup.version)
+    if size <= spec.broadcast_limit_bytes:
+        return True
+    warnings.append(
+        f"table {lookup.handle.location} is {size} bytes on disk, above broadcast_limit_bytes "
+        f"({spec.broadcast_limit_bytes}): {shuffled} is shuffled for a sort-merge join"
+    )
+    return False
 
 
 def _row_count(frame: DataFrame) -> int:
@@ -477,14 +486,7 @@ def _batch_lookup(
     reads it once, and an observed metric counts it on the way.
     """
     if read > BROADCAST_LIMIT_ROWS:
-        size = table_size_bytes(lookup.handle, lookup.version)
-        broadcast = size <= spec.broadcast_limit_bytes
-        if not broadcast:
-            warnings.append(
-                f"table {lookup.handle.location} is {size} bytes on disk, above broadcast_limit_bytes "
-                f"({spec.broadcast_limit_bytes}): the batch is shuffled for a sort-merge join"
-            )
-        return lookup.rows(), lambda: 0, broadcast
+        return lookup.rows(), lambda: 0, _fits_broadcast(spec, lookup, warnings, "the batch")
     mapped = records.select(
         *[e.alias(k) for e, k in zip(shape.mapped_exprs, shape.table_key, strict=True)]
     ).where(~key_is_null(shape.table_key))
