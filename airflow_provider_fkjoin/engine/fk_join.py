@@ -20,7 +20,6 @@ Example::
 
 from __future__ import annotations
 
-import logging
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -38,8 +37,6 @@ from .planning import InputState, RefreshPlan, plan_refresh
 from .spec import ForeignKeyJoinSpec, SourceRef, quote, spec_fingerprint
 from .tables import DeltaHandle, TableState, analysed, key_is_null, require_columns
 from .trace import phase
-
-log = logging.getLogger(__name__)
 
 FK_PREFIX = "_fkjoin_fk"
 LEFT_CHANGED = "_fkjoin_lchg"
@@ -205,8 +202,6 @@ def run_foreign_key_join(spec: ForeignKeyJoinSpec, spark: SparkSession) -> dict[
         for side in ("left", "right")
         if sides[side].changelog is not None
     ]
-    for warning in warnings:
-        log.warning(warning)
 
     fingerprint = spec_fingerprint(spec)
     previous = read_progress(output)

@@ -23,7 +23,6 @@ Example::
 
 from __future__ import annotations
 
-import logging
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -39,8 +38,6 @@ from .planning import InputState, RefreshPlan, plan_refresh
 from .spec import GlobalTableBootstrapSpec, SourceRef, quote, spec_fingerprint
 from .tables import DeltaHandle, key_is_null, require_columns, table_size_bytes
 from .trace import phase
-
-log = logging.getLogger(__name__)
 
 SIDE = "source"
 
@@ -119,8 +116,6 @@ def run_global_table_bootstrap(spec: GlobalTableBootstrapSpec, spark: SparkSessi
                     f"({spec.broadcast_warn_bytes}): a stream_table_join may not broadcast it (each "
                     "broadcast costs a few times that in memory); consider a foreign_key_join instead"
                 )
-        for warning in warnings:
-            log.warning(warning)
         return refresh.result(
             plan,
             output_version,

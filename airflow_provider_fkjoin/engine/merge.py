@@ -9,6 +9,7 @@ output holds, so the output's change feed has at most one net change per key and
 from __future__ import annotations
 
 import datetime
+import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +31,8 @@ from .errors import ConcurrentRefreshError
 from .planning import RefreshPlan, refresh_result
 from .spec import quote
 from .tables import DeltaHandle, null_safe_equal
+
+log = logging.getLogger(__name__)
 
 PRESENT = "_fkjoin_present"
 # Up to this many distinct keys, the MERGE condition names them as literals (see ``_key_prune_condition``).
@@ -66,7 +69,7 @@ class RefreshContext:
     """One refresh of one output, from its pinned inputs to its result: what every kind shares.
 
     ``consumed`` is what the refresh's commit records per input; ``warnings`` collects what the
-    result reports (a list the caller may keep appending to).
+    result reports and logs (a list the caller may keep appending to until then).
 
     >>> refresh = RefreshContext("foreign_key_join", out, read_progress(out), "9f2c",
     ...                          {"left": state.consumed()}, time.monotonic(), [])
@@ -104,7 +107,10 @@ class RefreshContext:
         inputs: dict[str, dict[str, Any]] | None = None,
         **extra: Any,
     ) -> dict[str, Any]:
-        """The result dict; ``inputs`` defaults to each consumed input's path and version range."""
+        """The result dict (its warnings logged once); ``inputs`` defaults to each consumed input's path
+        and version range."""
+        for warning in self.warnings:
+            log.warning(warning)
         if inputs is None:
             inputs = {
                 side: {

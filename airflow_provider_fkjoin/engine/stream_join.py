@@ -32,7 +32,6 @@ Example::
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
@@ -60,8 +59,6 @@ from .tables import (
     table_size_bytes,
 )
 from .trace import phase
-
-log = logging.getLogger(__name__)
 
 MAPPED_PREFIX = "_fkjoin_mk"
 BOOTSTRAP_KIND = "global_table_bootstrap"
@@ -316,8 +313,6 @@ def run_stream_table_join(spec: StreamTableJoinSpec, spark: SparkSession) -> dic
     refresh = RefreshContext(spec.kind, output, previous, fingerprint, consumed, started, warnings)
 
     def result(plan: RefreshPlan, output_version: int | None, rows: dict[str, Any]) -> dict[str, Any]:
-        for warning in warnings:
-            log.warning(warning)
         # the table is looked up, not consumed: its range is the versions the output's records saw
         table_from = previous.inputs["table"].version if previous and "table" in previous.inputs else None
         inputs = {

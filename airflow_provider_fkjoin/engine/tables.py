@@ -109,15 +109,14 @@ class DeltaHandle:
         )
 
     def history(self, limit: int) -> list[dict[str, Any]]:
-        """The newest ``limit`` commits, newest first: version, timestamp, operation, isBlindAppend,
-        userMetadata and operationMetrics."""
+        """The newest ``limit`` commits, newest first: version, timestamp, isBlindAppend, userMetadata
+        and operationMetrics."""
         local = self.local_path
         if local is not None:
             return [
                 {
                     "version": int(entry["version"]),
                     "timestamp": datetime.fromtimestamp(entry["timestamp"] / 1000, tz=UTC),
-                    "operation": entry.get("operation"),
                     "isBlindAppend": bool(entry.get("isBlindAppend")),
                     "userMetadata": entry.get("userMetadata"),
                     "operationMetrics": {k: str(v) for k, v in (entry.get("operationMetrics") or {}).items()},
@@ -125,7 +124,7 @@ class DeltaHandle:
                 for entry in deltalake.DeltaTable(str(local)).history(limit)
             ]
         rows = self.delta_table.history(limit).select(
-            "version", "timestamp", "operation", "isBlindAppend", "userMetadata", "operationMetrics"
+            "version", "timestamp", "isBlindAppend", "userMetadata", "operationMetrics"
         )
         return [
             {
