@@ -22,6 +22,7 @@ from .errors import (
     SpecError,
     TableNotBootstrappedError,
 )
+from .locations import location_identity, normalise_location
 from .watermarks import (
     TableMissingError,
     consumed_version,
@@ -62,6 +63,8 @@ __all__ = [
     "get_spark",
     "high_watermark",
     "load_spec",
+    "location_identity",
+    "normalise_location",
     "progress",
     "refresh_result_from_commit",
     "refresh_status",
