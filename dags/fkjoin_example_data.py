@@ -20,7 +20,7 @@ def warehouse() -> Path:
     """The folder holding the example Delta tables (created on first use)."""
     configured = os.environ.get("FKJOIN_WAREHOUSE")
     home = Path(os.environ.get("AIRFLOW_HOME") or Path.home() / "airflow")
-    return Path(configured).expanduser().resolve() if configured else home / "fkjoin-warehouse"
+    return Path(configured).expanduser().resolve() if configured else (home / "fkjoin-warehouse").resolve()
 
 
 # -- KIP-99: products CDC changelog + orders stream ---------------------------------------------------

@@ -36,10 +36,24 @@ def test_minimal_spec_defaults() -> None:
     assert spec.left.key == ["order_id"]
 
 
-def test_relative_paths_become_absolute(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_relative_paths_are_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
-    spec = load_spec(fk_spec(output={"path": "out"}))
-    assert spec.output.path == str(tmp_path / "out")
+    with pytest.raises(SpecError, match=r"output\.path: table location 'out' is relative"):
+        load_spec(fk_spec(output={"path": "out"}))
+
+
+@pytest.mark.parametrize(
+    ("written", "normalised"),
+    [
+        ("file:///w/out/", "/w/out"),
+        ("file:/w/out", "/w/out"),
+        ("//w//./x/../out", "/w/out"),
+        ("s3a://bucket/w//out/", "s3a://bucket/w/out"),
+        ("S3://bucket/w/out", "s3://bucket/w/out"),
+    ],
+)
+def test_paths_are_normalised(written: str, normalised: str) -> None:
+    assert load_spec(fk_spec(output={"path": written})).output.path == normalised
 
 
 def test_fk_expression_accepts_one_or_many() -> None:
@@ -76,7 +90,7 @@ def test_fk_expression_accepts_one_or_many() -> None:
             fk_spec(output={"name": "db.t; DROP TABLE x"}),
             "output.name: Value error, must be a catalog table name",
         ),
-        (fk_spec(output={"path": "/w/orders"}), "output must be a different table"),
+        (fk_spec(output={"path": "/w/orders"}), "output.path: the output is the same table as left"),
     ],
 )
 def test_errors_name_the_field_and_the_fix(spec: dict, expected: str) -> None:

@@ -163,7 +163,8 @@ def test_broadcast_in_physical_plan_and_shuffle_above_limit(spark, warehouse: Pa
     create_table(spark, orders, [{"order_id": 1, "product_id": 1, "qty": 1}], ORDERS)
     spec = load_spec(join_spec(orders, products, warehouse / "out", how="left"))
     stream = DeltaHandle(spark, spec.stream, "stream")
-    lookup = LookupTable(spec, DeltaHandle(spark, spec.table, "table"), 0)
+    table = DeltaHandle(spark, spec.table, "table")
+    lookup = LookupTable(spec, table, table.state())
     shape = resolve_shape(spec, stream, stream.read(0), lookup)
 
     def plan(broadcast: bool) -> str:

@@ -12,35 +12,61 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from pyspark import StorageLevel
-from pyspark.errors import AnalysisException, ParseException
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from .errors import FkJoinError, InputDataError
-from .planning import cdf_unavailable_reason
+from .planning import RebuildRequired, cdf_unavailable_reason
 from .spec import quote
 from .tables import LIVE_CHANGE_TYPES, DeltaHandle, key_is_null
 
 BROADCAST_LIMIT_ROWS = 2_000_000
 
+#: What Delta and Spark say when a change feed cannot serve a version range: the change data or data
+#: files were vacuumed, the log was cleaned, CDF was off, or the range crosses a non-additive schema
+#: change. Delta reports these through several exception types (wrapped by py4j or a failed job), so
+#: they are recognised by their error class or Java exception name in the message.
+FEED_UNAVAILABLE_MARKERS = (
+    "DELTA_MISSING_CHANGE_DATA",
+    "DELTA_CHANGE_TABLE_FEED_DISABLED",
+    "DELTA_LOG_FILE_NOT_FOUND",
+    "DELTA_FILE_NOT_FOUND",
+    "DELTA_CHANGE_DATA_FILE_NOT_FOUND",
+    "DELTA_VERSIONS_NOT_CONTIGUOUS",
+    "DELTA_CANNOT_TIME_TRAVEL",
+    "DELTA_INVALID_CDC_RANGE",
+    "DELTA_CHANGE_DATA_FEED_INCOMPATIBLE_SCHEMA_CHANGE",
+    "DELTA_STREAMING_INCOMPATIBLE_SCHEMA_CHANGE",
+    "DELTA_BLOCK_COLUMN_MAPPING_AND_CDC_OPERATION",
+    "DeltaFileNotFoundException",
+    "FAILED_READ_FILE.FILE_NOT_EXIST",
+    "java.io.FileNotFoundException",
+)
 
-class FeedUnavailable(Exception):
+
+class FeedUnavailable(RebuildRequired):
     """A change feed cannot serve an incremental refresh; the message is the full-rebuild reason."""
+
+
+def is_feed_unavailable(error: BaseException) -> bool:
+    """Whether ``error`` says a change feed cannot serve a range (see FEED_UNAVAILABLE_MARKERS)."""
+    text = str(error)
+    return any(marker in text for marker in FEED_UNAVAILABLE_MARKERS)
 
 
 @contextmanager
 def feed_errors(table: DeltaHandle, after: int, to: int) -> Iterator[None]:
-    """Turn a failure to read ``table``'s change feed (vacuumed history, CDF off for a while) into
-    :class:`FeedUnavailable`. An unresolved column is a bug or a spec error, not a missing feed, so
-    it passes through, as do the engine's own errors (a lost commit race stays a ConcurrentRefreshError).
-    Delta reports missing history through several exception types.
+    """Turn a genuine failure to read ``table``'s change feed (vacuumed history, a cleaned log, CDF off
+    for a while) into :class:`FeedUnavailable`, the reason for a full rebuild. Every other error
+    (a bad cast, a lost executor, a throttled object store, the engine's own errors) passes through
+    unchanged: rebuilding would hide it, and for an append-only output would replace its rows.
     """
     try:
         yield
+    except FkJoinError:
+        raise
     except Exception as exc:
-        if isinstance(exc, FkJoinError):
-            raise
-        if isinstance(exc, AnalysisException | ParseException) and "UNRESOLVED" in str(exc):
+        if not is_feed_unavailable(exc):
             raise
         raise FeedUnavailable(cdf_unavailable_reason(table.role, table.location, after, to, exc)) from exc
 

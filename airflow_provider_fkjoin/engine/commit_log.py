@@ -29,16 +29,40 @@ from .tables import DeltaHandle
 
 METADATA_KEY = "fkjoin"
 FORMAT_VERSION = 1
-_HISTORY_SCAN = 200
+#: How many commits back a refresh looks for its progress; past that it rebuilds (it never fails).
+HISTORY_SCAN = 1000
+#: Operations that do not change an output's rows: others may run them between refreshes.
+NON_CHANGING_OPERATIONS = frozenset(
+    {
+        "OPTIMIZE",
+        "VACUUM START",
+        "VACUUM END",
+        "SET TBLPROPERTIES",
+        "UNSET TBLPROPERTIES",
+        "ADD CONSTRAINT",
+        "DROP CONSTRAINT",
+        "UPGRADE PROTOCOL",
+        "REORG",
+        "CLUSTER BY",
+        "ANALYZE",
+        "COMPUTE STATS",
+        "CHANGE COLUMN",
+        "SET COLUMN COMMENT",
+        "ADD FEATURE",
+        "DROP FEATURE",
+        "CREATE CHECKPOINT",
+    }
+)
 
 
 @dataclass(frozen=True)
 class InputProgress:
-    """How far one input has been consumed."""
+    """How far one input has been consumed, and its columns then (name -> type), to notice schema changes."""
 
     location: str
     table_id: str
     version: int
+    columns: dict[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -79,15 +103,48 @@ def parse_progress(
         return None
 
 
+@dataclass(frozen=True)
+class OutputLog:
+    """What an output's Delta log says before a refresh: the last progress, whether others changed the
+    rows since, and the transaction id and sequence number the next refresh commit continues from.
+
+    ``last_seq`` is the larger of the progress's seq and Delta's own transaction record for ``app_id``
+    (kept in the table's snapshot, so log cleanup or hundreds of OPTIMIZE commits never lose it).
+    """
+
+    progress: Progress | None
+    changed_by_others: str | None
+    app_id: str
+    last_seq: int
+    table_id: str | None
+
+
 def read_progress(output: DeltaHandle) -> Progress | None:
-    """The newest progress in the output's history (later OPTIMIZE or VACUUM commits are skipped)."""
+    """The newest progress in the output's history (later commits by others are skipped)."""
+    return read_output_log(output).progress
+
+
+def read_output_log(output: DeltaHandle) -> OutputLog:
+    """Read the output's progress, others' changes since it, and the refresh sequence (see OutputLog)."""
     if not output.exists():
-        return None
-    for entry in output.history(_HISTORY_SCAN):
+        return OutputLog(None, None, transaction_app_id(output.ref.identity), 0, None)
+    table_id = output.state().table_id
+    app_id = transaction_app_id(table_id)
+    found: Progress | None = None
+    changed: str | None = None
+    for entry in output.history(HISTORY_SCAN):
         found = parse_progress(entry["userMetadata"], entry["version"], entry["timestamp"])
         if found is not None:
-            return found
-    return None
+            break
+        operation = str(entry.get("operation") or "")
+        if operation.upper() not in NON_CHANGING_OPERATIONS:
+            changed = (
+                f"the output {output.location} was changed outside this engine at version "
+                f"{entry['version']} ({operation or 'unknown operation'})"
+            )
+    recorded = output.transaction_version(app_id) or 0
+    last_seq = max(recorded, found.seq if found else 0)
+    return OutputLog(found, changed if found is not None else None, app_id, last_seq, table_id)
 
 
 def new_progress_metadata(
@@ -116,9 +173,13 @@ def new_progress_metadata(
     return json.dumps({METADATA_KEY: payload}, sort_keys=True), token
 
 
-def transaction_app_id(output_location: str) -> str:
-    """The Delta transaction id of every refresh of one output: concurrent refreshes share it."""
-    return "fkjoin-" + hashlib.sha256(output_location.encode()).hexdigest()[:24]
+def transaction_app_id(output_identity: str) -> str:
+    """The Delta transaction id of every refresh of one output: concurrent refreshes share it.
+
+    Derived from the output's Delta table id once it exists (every spelling of its location, and a
+    catalog name, give the same id), and from its normalised location for the commit that creates it.
+    """
+    return "fkjoin-" + hashlib.sha256(output_identity.encode()).hexdigest()[:24]
 
 
 _COMMIT_LOCK = threading.RLock()

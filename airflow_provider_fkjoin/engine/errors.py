@@ -36,3 +36,11 @@ class TableNotBootstrappedError(FkJoinError):
     """
 
     retryable = True
+
+
+class FullRebuildRefusedError(FkJoinError):
+    """A refresh would have to replace an append-only output (its earlier rows would be re-derived from
+    the inputs as they are now), and the spec did not opt in. Nothing was written.
+
+    Not retryable: the user decides (``allow_full_replace: true``, or a ``full_refresh`` run).
+    """

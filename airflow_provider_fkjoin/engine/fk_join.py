@@ -29,13 +29,13 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from . import changelog as cl
-from .changes import ChangedKeys, FeedUnavailable, changed_keys, check_keys, feed_errors, maybe_broadcast
-from .commit_log import read_progress
+from .changes import ChangedKeys, changed_keys, check_keys, feed_errors, maybe_broadcast
 from .errors import SpecError
-from .merge import PRESENT, CommitRequest, RefreshContext, merge_output, write_full_output
-from .planning import InputState, RefreshPlan, plan_refresh
-from .spec import ForeignKeyJoinSpec, SourceRef, quote, spec_fingerprint
-from .tables import DeltaHandle, TableState, analysed, key_is_null, require_columns
+from .expressions import check_expressions, schema_probe
+from .merge import PRESENT, CommitRequest, RunOptions, begin_refresh, merge_output, write_full_output
+from .planning import InputState, RebuildRequired, RefreshPlan, schema_columns
+from .spec import ForeignKeyJoinSpec, SourceRef, quote
+from .tables import DeltaHandle, TableState, analysed, input_frame, key_is_null, require_columns
 from .trace import phase
 
 FK_PREFIX = "_fkjoin_fk"
@@ -75,9 +75,13 @@ def resolve_shape(
         sources = [f"left column {c!r}" for c in spec.foreign_key]
         field_paths = [f"foreign_key[{i}]" for i in range(len(spec.foreign_key))]
     else:
-        fk_exprs = [F.expr(e) for e in spec.foreign_key.expressions]
+        field_paths = [f"foreign_key.expr[{i}]" for i in range(len(spec.foreign_key.expressions))]
+        checked = check_expressions(
+            schema_probe(left_df.sparkSession, {"l": left_schema}),
+            dict(zip(field_paths, spec.foreign_key.expressions, strict=True)),
+        )
+        fk_exprs = list(checked.values())
         sources = [f"expression {e!r}" for e in spec.foreign_key.expressions]
-        field_paths = [f"foreign_key.expr[{i}]" for i in range(len(fk_exprs))]
     typed = analysed(
         "foreign_key",
         lambda: left_df.select(*[e.alias(n) for e, n in zip(fk_exprs, fk_columns, strict=True)]),
@@ -107,8 +111,12 @@ def resolve_shape(
         ]
     else:
         output_columns = list(spec.left.key) + list(spec.columns)
+        checked = check_expressions(
+            schema_probe(left_df.sparkSession, {"l": left_schema, "r": right_schema}),
+            {f"columns.{name}": expression for name, expression in spec.columns.items()},
+        )
         projection = [F.col(f"l.{quote(c)}").alias(c) for c in spec.left.key] + [
-            F.expr(expression).alias(name) for name, expression in spec.columns.items()
+            column.alias(name) for name, column in zip(spec.columns, checked.values(), strict=True)
         ]
     probe = left_df.limit(0).alias("l").join(right_df.limit(0).alias("r"), F.lit(False), "left")
     analysed("columns", lambda: probe.select(*projection))
@@ -137,9 +145,10 @@ class JoinInput:
     changelog: cl.ChangelogShape | None
 
 
-def read_input(ref: SourceRef, handle: DeltaHandle, version: int) -> JoinInput:
-    """Read one side at ``version``; a changelog's columns are checked here (SpecError), before any job."""
-    raw = handle.read(version)
+def read_input(ref: SourceRef, handle: DeltaHandle, state: TableState) -> JoinInput:
+    """Read one side at its pinned version; columns are checked here (SpecError), before any job."""
+    version = state.version
+    raw = input_frame(handle, state)
     if ref.changelog is None:
         return JoinInput(handle, version, raw, raw, None)
     shape = cl.resolve_changelog(ref, handle, raw.schema)
@@ -171,7 +180,9 @@ def _join(left_rows: DataFrame, right_rows: DataFrame, shape: FkJoinShape, how: 
     return joined.select(*shape.projection)
 
 
-def run_foreign_key_join(spec: ForeignKeyJoinSpec, spark: SparkSession) -> dict[str, Any]:
+def run_foreign_key_join(
+    spec: ForeignKeyJoinSpec, spark: SparkSession, options: RunOptions
+) -> dict[str, Any]:
     """Refresh the output of a foreign-key join once; see the module docstring for the algorithm."""
     started = time.monotonic()
     left = DeltaHandle(spark, spec.left, "left")
@@ -184,8 +195,8 @@ def run_foreign_key_join(spec: ForeignKeyJoinSpec, spark: SparkSession) -> dict[
     to_versions = {side: state.version for side, state in states.items()}
     phase("pinned")
     sides = {
-        "left": read_input(spec.left, left, to_versions["left"]),
-        "right": read_input(spec.right, right, to_versions["right"]),
+        "left": read_input(spec.left, left, states["left"]),
+        "right": read_input(spec.right, right, states["right"]),
     }
     left_df, right_df = sides["left"].rows, sides["right"].rows
     shape = resolve_shape(spec, left, right, left_df, right_df)
@@ -203,22 +214,18 @@ def run_foreign_key_join(spec: ForeignKeyJoinSpec, spark: SparkSession) -> dict[
         if sides[side].changelog is not None
     ]
 
-    fingerprint = spec_fingerprint(spec)
-    previous = read_progress(output)
     current = {
-        side: InputState(h.location, states[side].table_id, to_versions[side], states[side].cdf_enabled)
+        side: InputState(
+            h.location,
+            states[side].table_id,
+            to_versions[side],
+            states[side].cdf_enabled,
+            schema_columns(sides[side].raw.schema),
+        )
         for side, h in (("left", left), ("right", right))
     }
-    plan = plan_refresh(previous=previous, fingerprint=fingerprint, kind=spec.kind, current=current)
-    refresh = RefreshContext(
-        spec.kind,
-        output,
-        previous,
-        fingerprint,
-        {side: state.consumed() for side, state in current.items()},
-        started,
-        warnings,
-    )
+    refresh, plan = begin_refresh(spec, output, current, options, started, warnings)
+    previous = refresh.previous
     if plan.mode == "noop":
         assert previous is not None
         phase("committed")
@@ -297,7 +304,7 @@ def _incremental(
     try:
         left_changes = _read_changes(sides["left"], shape.left_key, left_from, empty)
         right_changes = _read_changes(sides["right"], shape.right_key, right_from, empty)
-    except FeedUnavailable as unavailable:
+    except RebuildRequired as unavailable:
         for changes in empty:
             changes.release()
         return str(unavailable)
@@ -309,6 +316,8 @@ def _incremental(
         )
         phase("merge_started")
         commit = merge_output(output, source, shape.left_key, shape.value_columns, request)
+    except RebuildRequired as drifted:
+        return str(drifted)
     finally:
         for frame in cached:
             frame.unpersist()

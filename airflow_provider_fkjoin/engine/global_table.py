@@ -32,11 +32,10 @@ from pyspark.sql import functions as F
 
 from . import changelog as cl
 from .changes import FeedUnavailable, changed_keys, check_keys, feed_errors, maybe_broadcast, read_feed
-from .commit_log import read_progress
-from .merge import PRESENT, Commit, CommitRequest, RefreshContext, merge_output, write_full_output
-from .planning import InputState, RefreshPlan, plan_refresh
-from .spec import GlobalTableBootstrapSpec, SourceRef, quote, spec_fingerprint
-from .tables import DeltaHandle, key_is_null, require_columns, table_size_bytes
+from .merge import PRESENT, Commit, CommitRequest, RunOptions, begin_refresh, merge_output, write_full_output
+from .planning import InputState, RebuildRequired, RefreshPlan, schema_columns
+from .spec import GlobalTableBootstrapSpec, SourceRef, quote
+from .tables import DeltaHandle, input_frame, key_is_null, require_columns, table_size_bytes
 from .trace import phase
 
 SIDE = "source"
@@ -80,7 +79,9 @@ def _rows(
     }
 
 
-def run_global_table_bootstrap(spec: GlobalTableBootstrapSpec, spark: SparkSession) -> dict[str, Any]:
+def run_global_table_bootstrap(
+    spec: GlobalTableBootstrapSpec, spark: SparkSession, options: RunOptions
+) -> dict[str, Any]:
     """Bring the global table to the source's high watermark once; see the module docstring."""
     started = time.monotonic()
     source = DeltaHandle(spark, spec.source, SIDE)
@@ -89,7 +90,7 @@ def run_global_table_bootstrap(spec: GlobalTableBootstrapSpec, spark: SparkSessi
     state = source.state()
     high_watermark = state.version
     phase("pinned")
-    source_df = source.read(high_watermark)
+    source_df = input_frame(source, state)
     shape = resolve_source(spec.source, source, source_df)
     warnings: list[str] = []
     if not state.cdf_enabled:
@@ -98,13 +99,17 @@ def run_global_table_bootstrap(spec: GlobalTableBootstrapSpec, spark: SparkSessi
             "enable it with ALTER TABLE ... SET TBLPROPERTIES (delta.enableChangeDataFeed = true)"
         )
 
-    fingerprint = spec_fingerprint(spec)
-    previous = read_progress(output)
-    current = {SIDE: InputState(source.location, state.table_id, high_watermark, state.cdf_enabled)}
-    plan = plan_refresh(previous=previous, fingerprint=fingerprint, kind=spec.kind, current=current)
-    refresh = RefreshContext(
-        spec.kind, output, previous, fingerprint, {SIDE: current[SIDE].consumed()}, started, warnings
-    )
+    current = {
+        SIDE: InputState(
+            source.location,
+            state.table_id,
+            high_watermark,
+            state.cdf_enabled,
+            schema_columns(source_df.schema),
+        )
+    }
+    refresh, plan = begin_refresh(spec, output, current, options, started, warnings)
+    previous = refresh.previous
 
     def result(plan: RefreshPlan, output_version: int | None, rows: dict[str, Any]) -> dict[str, Any]:
         latest = source.state().version
@@ -143,7 +148,7 @@ def run_global_table_bootstrap(spec: GlobalTableBootstrapSpec, spark: SparkSessi
                 commit, rows = _incremental_changelog(
                     shape.changelog, shape, source, output, after, high_watermark, request
                 )
-        except FeedUnavailable as unavailable:
+        except RebuildRequired as unavailable:
             plan = RefreshPlan("full", str(unavailable), dict.fromkeys(current))
         else:
             phase("committed")
@@ -262,7 +267,10 @@ def _incremental_changelog(
         cached.append(absent)
         known = present
         if absent.count():
-            tombstones = cl.tombstone_orders(source.read(after), log_shape, absent)
+            with feed_errors(source, after, to):  # the checkpoint version may be gone from the log
+                tombstones = cl.tombstone_orders(source.read(after), log_shape, absent).persist()
+                cached.append(tombstones)
+                tombstones.count()
             known = present.unionByName(tombstones.withColumnRenamed(cl.ORDER_COLUMN, previous_order))
         decided = (
             newest.join(known, on=shape.key, how="left")

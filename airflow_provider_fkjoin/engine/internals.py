@@ -104,3 +104,15 @@ def delta_transaction_version(spark: SparkSession, path: str, app_id: str) -> in
     snapshot = log.update(False, jvm.scala.Option.empty(), jvm.scala.Option.empty())
     found = snapshot.transactions().get(app_id)
     return int(found.get()) if found.isDefined() else None
+
+
+def path_has_files(spark: SparkSession, path: str) -> bool:
+    """Whether a (non-local) location exists and holds anything, through Hadoop's FileSystem API."""
+    jvm = spark._jvm  # type: ignore[attr-defined]
+    hadoop_path = jvm.org.apache.hadoop.fs.Path(path)
+    fs = hadoop_path.getFileSystem(spark._jsc.hadoopConfiguration())  # type: ignore[attr-defined]
+    if not fs.exists(hadoop_path):
+        return False
+    if not fs.getFileStatus(hadoop_path).isDirectory():
+        return True
+    return len(fs.listStatus(hadoop_path)) > 0

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime
 import logging
+import secrets
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,23 +22,24 @@ from pyspark.sql import types as T
 
 from .commit_log import (
     InputProgress,
+    OutputLog,
     Progress,
     commit_settings,
     new_progress_metadata,
+    read_output_log,
     session_settings,
-    transaction_app_id,
 )
 from .errors import ConcurrentRefreshError
-from .planning import RefreshPlan, refresh_result
-from .spec import quote
-from .tables import DeltaHandle, null_safe_equal
+from .ownership import OWNER_PROPERTY, Ownership
+from .planning import InputState, RebuildRequired, RefreshPlan, plan_refresh, refresh_result
+from .spec import quote, spec_fingerprint
+from .tables import DeltaHandle, values_equal
 
 log = logging.getLogger(__name__)
 
 PRESENT = "_fkjoin_present"
-# Up to this many distinct keys, the MERGE condition names them as literals (see ``_key_prune_condition``).
+# Up to this many distinct keys, the MERGE condition lists their salted hashes (``_key_prune_condition``).
 KEY_PRUNE_LIMIT = 100_000
-_PRUNABLE_KEY_TYPES = (T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.StringType, T.DateType)
 OUTPUT_PROPERTIES = {
     "delta.enableChangeDataFeed": "true",
     "delta.enableDeletionVectors": "true",
@@ -56,12 +58,24 @@ class Commit:
 
 @dataclass(frozen=True)
 class CommitRequest:
-    """What identifies a refresh's commit: its progress metadata, transaction id and sequence number."""
+    """What identifies a refresh's commit: its progress metadata, transaction id and sequence number,
+    and the output's owner (recorded when the commit creates the table, or first when ``claim``)."""
 
     user_metadata: str
     token: str
     app_id: str
     seq: int
+    owner: str = ""
+    claim: bool = False
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How ``run_spec`` asks a kind to refresh: ``full_refresh`` on request, and the output's checked
+    ownership (:func:`.ownership.check_ownership`, run before anything was read)."""
+
+    ownership: Ownership
+    full_refresh: bool = False
 
 
 @dataclass
@@ -79,15 +93,21 @@ class RefreshContext:
 
     kind: str
     output: DeltaHandle
-    previous: Progress | None
+    log: OutputLog
     fingerprint: str
     consumed: dict[str, InputProgress]
     started: float
     warnings: list[str]
+    ownership: Ownership
+
+    @property
+    def previous(self) -> Progress | None:
+        """The last refresh's progress, if the output's log holds one."""
+        return self.log.progress
 
     def request(self, mode: str, reason: str) -> CommitRequest:
-        """The identity of the refresh commit that follows ``previous``: next seq, progress, txn id."""
-        seq = (self.previous.seq if self.previous else 0) + 1
+        """The identity of the refresh commit that follows the last one: next seq, progress, txn id."""
+        seq = self.log.last_seq + 1
         metadata, token = new_progress_metadata(
             seq=seq,
             kind=self.kind,
@@ -96,7 +116,9 @@ class RefreshContext:
             inputs=self.consumed,
             reason=reason,
         )
-        return CommitRequest(metadata, token, transaction_app_id(self.output.location), seq)
+        return CommitRequest(
+            metadata, token, self.log.app_id, seq, self.ownership.owner, self.ownership.claim
+        )
 
     def result(
         self,
@@ -133,6 +155,55 @@ class RefreshContext:
         )
 
 
+def begin_refresh(
+    spec: Any,
+    output: DeltaHandle,
+    current: dict[str, InputState],
+    options: RunOptions,
+    started: float,
+    warnings: list[str],
+    consumed: dict[str, InputProgress] | None = None,
+    *,
+    append_only: bool = False,
+) -> tuple[RefreshContext, RefreshPlan]:
+    """Read the output's log and plan the refresh: what every kind does once its inputs are pinned.
+
+    ``current`` holds the inputs whose changes the refresh consumes; ``consumed`` (default: each of
+    ``current`` at its pinned version) is what the commit records. An ``append_only`` output (a stream
+    join's) never re-reads its rows, so others' changes to it are a warning, not a rebuild.
+
+    >>> refresh, plan = begin_refresh(spec, output, {"left": left_state}, options, time.monotonic(), [])
+    >>> plan.mode
+    'incremental'
+    """
+    fingerprint = spec_fingerprint(spec)
+    log = read_output_log(output)
+    changed_by_others = log.changed_by_others
+    if append_only and changed_by_others:
+        warnings.append(f"{changed_by_others}; the output is append-only, so refreshes go on appending")
+        changed_by_others = None
+    plan = plan_refresh(
+        previous=log.progress,
+        fingerprint=fingerprint,
+        kind=spec.kind,
+        current=current,
+        full_refresh=options.full_refresh,
+        output_exists=log.table_id is not None,
+        changed_by_others=changed_by_others,
+    )
+    refresh = RefreshContext(
+        spec.kind,
+        output,
+        log,
+        fingerprint,
+        consumed if consumed is not None else {side: state.consumed() for side, state in current.items()},
+        started,
+        warnings,
+        options.ownership,
+    )
+    return refresh, plan
+
+
 def _concurrent(output: DeltaHandle, cause: Exception | None = None) -> ConcurrentRefreshError:
     detail = f" ({type(cause).__name__})" if cause else ""
     return ConcurrentRefreshError(
@@ -155,14 +226,16 @@ def _find_commit(output: DeltaHandle, request: CommitRequest) -> Commit:
     raise _concurrent(output)
 
 
-def _write_rows(
-    output: DeltaHandle, rows: DataFrame, request: CommitRequest, mode: str, *, set_properties: bool
-) -> Commit:
+def _write_rows(output: DeltaHandle, rows: DataFrame, request: CommitRequest, mode: str) -> Commit:
     """Write ``rows`` to the output in one commit carrying the refresh's progress and transaction id.
 
-    ``mode`` is Delta's save mode: ``errorifexists`` (create), ``overwrite`` (replace, schema
-    included) or ``append``. Another refresh creating or committing first is a ConcurrentRefreshError.
+    ``mode`` is ``create`` (a new table, with the output's properties and its owner), ``overwrite``
+    (replace, schema included; properties are kept) or ``append``. Another refresh creating or
+    committing first is a ConcurrentRefreshError.
     """
+    if mode == "create":
+        return _create_table(output, rows, request)
+    _claim_owner(output, request)
     writer = (
         rows.write.format("delta")
         .mode(mode)
@@ -172,22 +245,57 @@ def _write_rows(
     )
     if mode == "overwrite":
         writer = writer.option("overwriteSchema", "true")
-    if set_properties:
-        for name, value in OUTPUT_PROPERTIES.items():
-            writer = writer.option(name, value)
     try:
         if output.ref.path is not None:
             writer.save(output.ref.path)
         else:
             writer.saveAsTable(output.ref.name)
+    except DeltaConcurrentModificationException as exc:
+        raise _concurrent(output, exc) from None
+    return _find_commit(output, request)
+
+
+def _table_identifier(output: DeltaHandle) -> str:
+    if output.ref.path is not None:
+        return f"delta.{quote(output.ref.path)}"
+    return ".".join(quote(part) for part in (output.ref.name or "").split("."))
+
+
+def _create_table(output: DeltaHandle, rows: DataFrame, request: CommitRequest) -> Commit:
+    """Create the output (CTAS) with CDF, deletion vectors and ``fkjoin.owner`` in its first commit."""
+    writer = rows.writeTo(_table_identifier(output)).using("delta")
+    for name, value in {**OUTPUT_PROPERTIES, OWNER_PROPERTY: request.owner}.items():
+        writer = writer.tableProperty(name, value)
+    try:
+        with commit_settings(
+            output.spark, user_metadata=request.user_metadata, app_id=request.app_id, seq=request.seq
+        ):
+            writer.create()
     except AnalysisException as exc:
         text = str(exc)
-        if mode == "errorifexists" and ("already exists" in text.lower() or "EXISTS" in text):
+        if "ALREADY_EXISTS" in text or "already exists" in text.lower():
             raise _concurrent(output, exc) from None
         raise
     except DeltaConcurrentModificationException as exc:
         raise _concurrent(output, exc) from None
     return _find_commit(output, request)
+
+
+def _claim_owner(output: DeltaHandle, request: CommitRequest) -> None:
+    """Record the owner on a table this spec adopts (or that predates owners), just before its commit."""
+    if not request.claim:
+        return
+    output.spark.sql(
+        f"ALTER TABLE {_table_identifier(output)} SET TBLPROPERTIES "
+        f"('{OWNER_PROPERTY}' = {_sql_string(request.owner)}, "
+        + ", ".join(f"'{k}' = '{v}'" for k, v in OUTPUT_PROPERTIES.items())
+        + ")"
+    )
+
+
+def _sql_string(value: str) -> str:
+    """A single-quoted SQL string literal (TBLPROPERTIES takes literals only, not expressions)."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 def _write_output(
@@ -197,12 +305,12 @@ def _write_output(
     laid_out = rows.repartitionByRange(*[quote(c) for c in key]).sortWithinPartitions(
         *[quote(c) for c in key]
     )
-    return _write_rows(output, laid_out, request, mode, set_properties=True)
+    return _write_rows(output, laid_out, request, mode)
 
 
 def create_output(output: DeltaHandle, rows: DataFrame, key: list[str], request: CommitRequest) -> Commit:
     """Create the output table from ``rows``; another refresh creating it first is a conflict."""
-    return _write_output(output, rows, key, request, "errorifexists")
+    return _write_output(output, rows, key, request, "create")
 
 
 def replace_output(output: DeltaHandle, rows: DataFrame, key: list[str], request: CommitRequest) -> Commit:
@@ -224,14 +332,16 @@ def merge_output(
     ``source`` holds the key, the value columns and ``_fkjoin_present``. With ``delete_unmatched`` (a full
     rebuild) every output key missing from ``source`` is deleted as well.
     """
+    all_columns = key + value_columns
+    _require_same_columns(output, source, all_columns)
     on = F.expr(" AND ".join(f"t.{quote(c)} = s.{quote(c)}" for c in key))
     if not delete_unmatched:
-        prune = _key_prune_condition(source, key[0])
+        prune = _key_prune_condition(source, key)
         if prune is not None:
             on = on & prune
-    all_columns = key + value_columns
     values = {quote(c): f"s.{quote(c)}" for c in all_columns}
-    changed = f"NOT ({null_safe_equal('t', 's', value_columns)})"
+    types = {f.name: f.dataType for f in source.schema.fields}
+    changed = f"NOT ({values_equal('t', 's', [(c, types[c]) for c in value_columns])})"
     builder = (
         output.delta_table.alias("t")
         .merge(source.alias("s"), on)
@@ -242,6 +352,7 @@ def merge_output(
     if delete_unmatched:
         builder = builder.whenNotMatchedBySourceDelete()
     spark = output.spark
+    _claim_owner(output, request)
     try:
         with (
             commit_settings(
@@ -269,10 +380,7 @@ def write_full_output(
     """
     if not output.exists():
         return create_output(output, rows, key, request)
-    current = output.read().schema
-    same = [(f.name, f.dataType) for f in current.fields] == [
-        (f.name, f.dataType) for f in rows.schema.fields
-    ]
+    same = _column_types(output.read().schema) == _column_types(rows.schema)
     if same:
         source = rows.withColumn(PRESENT, F.lit(True))
         return merge_output(output, source, key, value_columns, request, delete_unmatched=True)
@@ -291,35 +399,52 @@ def append_output(
     >>> append_output(output, joined_batch, request).inserted
     120
     """
-    creating = not output.exists()
-    mode = "overwrite" if replace else "append"
-    return _write_rows(output, rows, request, mode, set_properties=creating or replace)
+    if not output.exists():
+        return _write_rows(output, rows, request, "create")
+    return _write_rows(output, rows, request, "overwrite" if replace else "append")
 
 
-def _key_prune_condition(source: DataFrame, column: str) -> Column | None:
-    """``t.<key> IN (<the source's keys>)`` when the source is small, else None.
+def _key_prune_condition(source: DataFrame, key: list[str]) -> Column | None:
+    """``xxhash64(salt, t.<key>...) IN (<the source keys' hashes>)`` when the source is small, else None.
 
     Delta's MERGE joins ``source LEFT OUTER JOIN target`` over every file that holds a changed key,
     and changes spread over the key range touch every file. Spark cannot broadcast the preserved
-    side of an outer join, so without this the whole output is shuffled. The literal predicate is
-    evaluated in the target's scan: the touched files are still read, but only matching rows reach
-    the join, which then broadcasts them. Delta also uses it to skip files by their key statistics.
-    Only exact-valued types are named as literals; others fall back to the plain join.
+    side of an outer join, so without this the whole output is shuffled. The predicate is evaluated
+    in the target's scan: the touched files are still read, but only matching rows reach the join,
+    which then broadcasts them.
 
-    The predicate is built as one SQL string: ``Column.isin`` makes a py4j call per value, which
-    took 6-7 s for 17,000 keys; parsing the string takes milliseconds.
+    Delta records the MERGE condition in the commit's history, readable by anyone with ``DESCRIBE
+    HISTORY``; keys are often personal data (emails, account numbers), so the condition lists salted
+    hashes, never key values. A hash collision only lets an extra row into the join, where the key
+    equality drops it. The predicate is one SQL string: ``Column.isin`` costs a py4j call per value.
     """
-    if not isinstance(source.schema[column].dataType, _PRUNABLE_KEY_TYPES):
-        return None
-    values = source.select(quote(column)).where(F.col(quote(column)).isNotNull()).distinct()
+    salt = secrets.randbits(62)
+    hashed = F.xxhash64(F.lit(salt).cast("bigint"), *[F.col(quote(c)) for c in key])
+    values = source.where(F.col(PRESENT).isNotNull()).select(hashed.alias("h")).distinct()
     found = values.limit(KEY_PRUNE_LIMIT + 1).collect()
     if len(found) > KEY_PRUNE_LIMIT:
         return None
     if not found:
         return F.lit(False)
-    data_type = source.schema[column].dataType
-    literals = ", ".join(sql_literal(row[0], data_type) for row in found)
-    return F.expr(f"t.{quote(column)} IN ({literals})")
+    columns = ", ".join(f"t.{quote(c)}" for c in key)
+    literals = ", ".join(f"{int(row[0])}L" for row in found)
+    return F.expr(f"xxhash64(CAST({salt} AS BIGINT), {columns}) IN ({literals})")
+
+
+def _column_types(schema: T.StructType) -> list[tuple[str, str]]:
+    """Columns as (name, type) ignoring nullability, which Delta does not keep exactly."""
+    return [(field.name, field.dataType.simpleString()) for field in schema.fields]
+
+
+def _require_same_columns(output: DeltaHandle, source: DataFrame, columns: list[str]) -> None:
+    """An incremental MERGE needs the output to have exactly the join's columns; else rebuild."""
+    wanted = {f.name: f.dataType.simpleString() for f in source.schema.fields if f.name in columns}
+    have = dict(_column_types(output.read().schema))
+    if [(c, wanted.get(c)) for c in columns] != list(have.items()):
+        raise RebuildRequired(
+            f"the output {output.location}'s columns {have} differ from the join's columns "
+            f"{dict((c, wanted.get(c)) for c in columns)}"
+        )
 
 
 _INTEGER_SUFFIX = {T.ByteType: "Y", T.ShortType: "S", T.IntegerType: "", T.LongType: "L"}

@@ -16,18 +16,49 @@ from typing import Any
 from .commit_log import InputProgress, Progress
 
 
+class RebuildRequired(Exception):
+    """An incremental refresh cannot go on (a change feed is gone, the output's columns differ from the
+    join's); the message is the full-rebuild reason. Every kind catches it and rebuilds."""
+
+
 @dataclass(frozen=True)
 class InputState:
-    """An input as the refresh pinned it: its location, Delta table id, high watermark and CDF flag."""
+    """An input as the refresh pinned it: location, Delta table id, high watermark, CDF flag, columns."""
 
     location: str
     table_id: str
     version: int
     cdf_enabled: bool
+    columns: dict[str, str] | None = None
 
     def consumed(self) -> InputProgress:
         """What a refresh that reads this input up to its pinned version records in its commit."""
-        return InputProgress(self.location, self.table_id, self.version)
+        return InputProgress(self.location, self.table_id, self.version, self.columns)
+
+
+def schema_columns(schema: Any) -> dict[str, str]:
+    """A schema as ``{column: type}`` (Spark's simple type strings), what progress records per input.
+
+    >>> schema_columns(spark.range(1).schema)
+    {'id': 'bigint'}
+    """
+    return {field.name: field.dataType.simpleString() for field in schema.fields}
+
+
+def schema_change(before: dict[str, str], after: dict[str, str]) -> str | None:
+    """The columns that were added, dropped or changed type between two schemas, or None.
+
+    >>> schema_change({"a": "int"}, {"a": "bigint", "tier": "string"})
+    "column 'tier' added; column 'a' changed type int -> bigint"
+    """
+    parts = [f"column {name!r} added" for name in after if name not in before]
+    parts += [f"column {name!r} dropped" for name in before if name not in after]
+    parts += [
+        f"column {name!r} changed type {before[name]} -> {after[name]}"
+        for name in after
+        if name in before and before[name] != after[name]
+    ]
+    return "; ".join(parts) or None
 
 
 @dataclass(frozen=True)
@@ -40,12 +71,35 @@ class RefreshPlan:
 
 
 def plan_refresh(
-    *, previous: Progress | None, fingerprint: str, kind: str, current: dict[str, InputState]
+    *,
+    previous: Progress | None,
+    fingerprint: str,
+    kind: str,
+    current: dict[str, InputState],
+    full_refresh: bool = False,
+    output_exists: bool = False,
+    changed_by_others: str | None = None,
 ) -> RefreshPlan:
-    """Choose full, incremental or noop from the last progress and the inputs' current state."""
+    """Choose full, incremental or noop from the last progress and the inputs' current state.
+
+    ``full_refresh`` is the caller's explicit request; ``output_exists`` tells a first run from an
+    output whose progress is gone; ``changed_by_others`` is why the output's rows no longer match its
+    progress (:func:`.commit_log.read_output_log`).
+    """
     no_from: dict[str, int | None] = dict.fromkeys(current)
+    if full_refresh:
+        return RefreshPlan("full", "full refresh requested", no_from)
     if previous is None:
+        if output_exists:
+            return RefreshPlan(
+                "full",
+                "the output holds no refresh progress in its recent log (adopted, or its refresh commits "
+                "were cleaned up): rebuilding in full",
+                no_from,
+            )
         return RefreshPlan("full", "first run: the output has no refresh yet", no_from)
+    if changed_by_others:
+        return RefreshPlan("full", f"{changed_by_others}: rebuilding in full", no_from)
     if previous.kind != kind or previous.fingerprint != fingerprint:
         return RefreshPlan(
             "full",
@@ -67,6 +121,14 @@ def plan_refresh(
                 f"version {consumed.version} (restored?)",
                 no_from,
             )
+        if consumed.columns is not None and state.columns is not None:
+            change = schema_change(consumed.columns, state.columns)
+            if change:
+                return RefreshPlan(
+                    "full",
+                    f"input {side} ({state.location}) schema changed since the last refresh: {change}",
+                    no_from,
+                )
     from_versions: dict[str, int | None] = {side: previous.inputs[side].version for side in current}
     if all(current[side].version == from_versions[side] for side in current):
         return RefreshPlan("noop", "no new input versions since the last refresh", from_versions)

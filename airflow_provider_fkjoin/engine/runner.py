@@ -9,14 +9,17 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from .commit_log import read_progress
+from .expressions import row_errors
 from .fk_join import run_foreign_key_join
 from .global_table import run_global_table_bootstrap
+from .merge import RunOptions
+from .ownership import check_ownership
 from .session import get_spark
-from .spec import AnySpec, load_spec, spec_fingerprint
+from .spec import AnySpec, load_spec, spec_expressions, spec_fingerprint
 from .stream_join import run_stream_table_join
 from .tables import DeltaHandle
 
-_RUNNERS: dict[str, Callable[[Any, SparkSession], dict[str, Any]]] = {
+_RUNNERS: dict[str, Callable[[Any, SparkSession, RunOptions], dict[str, Any]]] = {
     "foreign_key_join": run_foreign_key_join,
     "global_table_bootstrap": run_global_table_bootstrap,
     "stream_table_join": run_stream_table_join,
@@ -24,15 +27,27 @@ _RUNNERS: dict[str, Callable[[Any, SparkSession], dict[str, Any]]] = {
 
 
 def run_spec(
-    spec: AnySpec | dict[str, Any] | str | Path, spark: SparkSession | None = None
+    spec: AnySpec | dict[str, Any] | str | Path,
+    spark: SparkSession | None = None,
+    *,
+    full_refresh: bool = False,
 ) -> dict[str, Any]:
     """Refresh a spec's output once and return the JSON-serialisable result dict (see DESIGN.md).
 
+    The output's ownership is checked first (:mod:`.ownership`): nothing is read or written for a spec
+    that must not write its output. ``full_refresh`` rebuilds the output from the inputs whatever its
+    progress says (``reason``: "full refresh requested").
+
     >>> run_spec("specs/orders_enriched.yaml")["mode"]
     'incremental'
+    >>> run_spec("specs/orders_enriched.yaml", full_refresh=True)["mode"]
+    'full'
     """
     loaded = load_spec(spec)
-    return _RUNNERS[loaded.kind](loaded, spark or get_spark())
+    session = spark or get_spark()
+    options = RunOptions(ownership=check_ownership(session, loaded), full_refresh=full_refresh)
+    with row_errors(spec_expressions(loaded)):
+        return _RUNNERS[loaded.kind](loaded, session, options)
 
 
 def refresh_status(

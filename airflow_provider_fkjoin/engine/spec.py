@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -34,6 +33,7 @@ from pydantic import (
 )
 
 from .errors import SpecError
+from .locations import is_within, location_identity, normalise_location
 
 RESERVED_PREFIX = "_fkjoin_"
 _CATALOG_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*){0,2}$")
@@ -50,12 +50,28 @@ def check_column_name(name: str) -> str:
 
 
 def quote(name: str) -> str:
-    """Quote a validated column name for Spark SQL: ``order id`` -> ```order id```."""
-    return f"`{name}`"
+    """Quote a column name for Spark SQL, escaping backticks, so any name read from a schema is safe.
+
+    >>> quote("order id"), quote("a`b")
+    ('`order id`', '`a``b`')
+    """
+    return "`" + name.replace("`", "``") + "`"
 
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class _KindSpec(_Strict):
+    """What every kind's spec has: ``adopt_existing_output`` here or on ``output`` (either spelling)."""
+
+    adopt_existing_output: bool = False
+
+    @property
+    def adopts_existing_output(self) -> bool:
+        """Whether the spec takes over an output table it does not own (see :class:`OutputRef`)."""
+        output = getattr(self, "output", None)
+        return self.adopt_existing_output or bool(getattr(output, "adopt_existing_output", False))
 
 
 class TableRef(_Strict):
@@ -67,13 +83,11 @@ class TableRef(_Strict):
     @field_validator("path")
     @classmethod
     def _path_ok(cls, value: str | None) -> str | None:
+        """Normalised (``file:`` URIs, ``//``, ``.``, ``..``, trailing ``/``); relative paths and unknown
+        schemes are refused."""
         if value is None:
             return value
-        if not value.strip() or _FORBIDDEN_IN_NAMES.search(value):
-            raise ValueError("must be a non-empty path without backticks or control characters")
-        if "://" not in value and not value.startswith("/"):
-            value = os.path.abspath(value)
-        return value
+        return normalise_location(value)
 
     @field_validator("name")
     @classmethod
@@ -93,6 +107,12 @@ class TableRef(_Strict):
         """What error messages and results call this table."""
         return self.path if self.path is not None else f"name:{self.name}"
 
+    @property
+    def identity(self) -> str:
+        """What two table references are compared by before either is opened: the location with
+        scheme aliases folded, or the lower-cased catalog name."""
+        return location_identity(self.path) if self.path is not None else f"name:{self.name.lower()}"
+
 
 class KeyedTableRef(TableRef):
     """An input table with its primary key (one row per key, like a KTable)."""
@@ -110,7 +130,43 @@ class KeyedTableRef(TableRef):
 
 
 class OutputRef(TableRef):
-    """The output table; created on the first run."""
+    """The output table; created on the first run, and owned by one spec from then on.
+
+    ``adopt_existing_output: true`` takes over a table this engine did not create (or that another spec
+    owns): its first refresh rebuilds it in full. Leave it out otherwise: a mistyped path then fails
+    instead of replacing somebody else's table.
+    """
+
+    adopt_existing_output: bool = False
+
+
+def check_distinct_locations(output: TableRef, inputs: dict[str, TableRef]) -> None:
+    """Refuse an output that is an input, sits inside one, or contains one (ValueError naming the side).
+
+    Paths are compared normalised (``/w/orders/``, ``file:///w/orders`` and ``/w/./orders`` are one
+    table); catalog names by their lower-cased name. The run-time ownership check also compares
+    resolved catalog locations and Delta table ids.
+    """
+    out = output.identity
+    for side, ref in inputs.items():
+        other = ref.identity
+        if out == other:
+            raise ValueError(
+                f"output.path: the output is the same table as {side} ({ref.location}): a refresh would "
+                "overwrite its own input; write the output to a new location"
+            )
+        if output.path is not None and ref.path is not None:
+            if is_within(out, other):
+                raise ValueError(
+                    f"output.path: {output.location} is inside {side} table {ref.location}: a VACUUM of the "
+                    "input would delete the output's files; write the output outside every input's folder"
+                )
+            if is_within(other, out):
+                raise ValueError(
+                    f"output.path: {side} table {ref.location} is inside output {output.location}: writing "
+                    "the output "
+                    "there would corrupt or delete the input; write the output outside every input's folder"
+                )
 
 
 class ForeignKeyExpr(_Strict):
@@ -123,7 +179,7 @@ class ForeignKeyExpr(_Strict):
         return [self.expr] if isinstance(self.expr, str) else list(self.expr)
 
 
-class ForeignKeyJoinSpec(_Strict):
+class ForeignKeyJoinSpec(_KindSpec):
     """KIP-213 foreign-key table-table join: many left rows reference one right row."""
 
     kind: Literal["foreign_key_join"]
@@ -176,8 +232,7 @@ class ForeignKeyJoinSpec(_Strict):
                     f"columns: {clash} are the output key (the left key) and are always included; "
                     "drop them from columns or rename them"
                 )
-        if self.output.location in {self.left.location, self.right.location}:
-            raise ValueError("output must be a different table from left and right")
+        check_distinct_locations(self.output, dict(self.inputs()))
         return self
 
     def inputs(self) -> dict[str, SourceRef]:
@@ -295,7 +350,7 @@ DEFAULT_BROADCAST_WARN_BYTES = 100 * 1024 * 1024
 DEFAULT_BROADCAST_LIMIT_BYTES = 256 * 1024 * 1024
 
 
-class GlobalTableBootstrapSpec(_Strict):
+class GlobalTableBootstrapSpec(_KindSpec):
     """KIP-99 global table: a source materialised to its high watermark, checkpointed in the output.
 
     Example::
@@ -313,8 +368,7 @@ class GlobalTableBootstrapSpec(_Strict):
 
     @model_validator(mode="after")
     def _consistent(self) -> GlobalTableBootstrapSpec:
-        if self.output.location == self.source.location:
-            raise ValueError("output must be a different table from source")
+        check_distinct_locations(self.output, dict(self.inputs()))
         return self
 
     def inputs(self) -> dict[str, SourceRef]:
@@ -326,7 +380,7 @@ class GlobalTableBootstrapSpec(_Strict):
         return {"broadcast_warn_bytes"}
 
 
-class StreamTableJoinSpec(_Strict):
+class StreamTableJoinSpec(_KindSpec):
     """KIP-99 stream-table lookup join: each new stream record joins the table as of its refresh.
 
     Example::
@@ -346,6 +400,7 @@ class StreamTableJoinSpec(_Strict):
     columns: dict[str, str] | None = None
     broadcast_limit_bytes: int = Field(default=DEFAULT_BROADCAST_LIMIT_BYTES, ge=0)
     allow_unbootstrapped_table: bool = False
+    allow_full_replace: bool = False
     output: OutputRef
 
     @field_validator("key_mapper")
@@ -382,8 +437,7 @@ class StreamTableJoinSpec(_Strict):
                 f"key_mapper has {arity} part(s) but table.key {self.table.key} has {len(self.table.key)}: "
                 "give one stream column (or expression) per table key column, in order"
             )
-        if self.output.location in {self.stream.location, self.table.location}:
-            raise ValueError("output must be a different table from stream and table")
+        check_distinct_locations(self.output, dict(self.inputs()))
         return self
 
     def inputs(self) -> dict[str, TableRef]:
@@ -392,7 +446,7 @@ class StreamTableJoinSpec(_Strict):
 
     def tuning_fields(self) -> set[str]:
         """Tuning fields that do not change the output's content (left out of the fingerprint)."""
-        return {"broadcast_limit_bytes", "allow_unbootstrapped_table"}
+        return {"broadcast_limit_bytes", "allow_unbootstrapped_table", "allow_full_replace"}
 
 
 AnySpec = ForeignKeyJoinSpec | GlobalTableBootstrapSpec | StreamTableJoinSpec
@@ -430,7 +484,7 @@ def _format_errors(error: ValidationError) -> str:
             )
         elif item["type"] == "union_tag_not_found":
             path, message = "kind", f"is required; one of {', '.join(KINDS)}"
-        line = f"{path}: {message}"
+        line = message if path == "spec" and message.startswith("output.path") else f"{path}: {message}"
         if line not in seen:
             seen.add(line)
             lines.append(line)
@@ -464,6 +518,23 @@ def load_spec(spec: AnySpec | dict[str, Any] | str | Path) -> AnySpec:
         raise SpecError(_format_errors(exc)) from None
 
 
+def spec_expressions(spec: BaseModel) -> dict[str, str]:
+    """Every Spark SQL expression in a spec by field path: what expression checks and errors name.
+
+    >>> spec_expressions(load_spec({..., "foreign_key": {"expr": "CAST(c AS BIGINT)"},
+    ...                             "columns": {"n": "r.name"}}))
+    {'foreign_key.expr[0]': 'CAST(c AS BIGINT)', 'columns.n': 'r.name'}
+    """
+    found: dict[str, str] = {}
+    for field in ("foreign_key", "key_mapper"):
+        value = getattr(spec, field, None)
+        if isinstance(value, ForeignKeyExpr):
+            found.update({f"{field}.expr[{i}]": text for i, text in enumerate(value.expressions)})
+    for name, text in (getattr(spec, "columns", None) or {}).items():
+        found[f"columns.{name}"] = text
+    return found
+
+
 def spec_fingerprint(spec: BaseModel) -> str:
     """A short stable hash of everything in a spec that changes the output's content.
 
@@ -471,7 +542,12 @@ def spec_fingerprint(spec: BaseModel) -> str:
     Tuning fields a spec lists in ``tuning_fields()`` (a size limit, say) are left out, so changing
     them does not rebuild the output.
     """
-    excluded = spec.tuning_fields() if hasattr(spec, "tuning_fields") else set()
-    dumped = spec.model_dump(mode="json", exclude=excluded or None)
+    excluded: dict[str, Any] = dict.fromkeys(
+        spec.tuning_fields() if hasattr(spec, "tuning_fields") else set(), True
+    )
+    excluded["adopt_existing_output"] = True
+    if hasattr(spec, "output"):
+        excluded["output"] = {"adopt_existing_output"}
+    dumped = spec.model_dump(mode="json", exclude=excluded)
     canonical = json.dumps(dumped, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]

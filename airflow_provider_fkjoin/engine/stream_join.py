@@ -43,17 +43,19 @@ from pyspark.sql import functions as F
 
 from . import changelog as cl
 from . import watermarks
-from .changes import BROADCAST_LIMIT_ROWS, FeedUnavailable, check_keys, feed_errors, read_feed
+from .changes import BROADCAST_LIMIT_ROWS, check_keys, feed_errors, read_feed
 from .commit_log import InputProgress, read_progress
-from .errors import SpecError, TableNotBootstrappedError
-from .merge import Commit, CommitRequest, RefreshContext, append_output
-from .planning import InputState, RefreshPlan, plan_refresh
-from .spec import RESERVED_PREFIX, StreamTableJoinSpec, TableRef, quote, spec_fingerprint
+from .errors import FullRebuildRefusedError, SpecError, TableNotBootstrappedError
+from .expressions import check_expressions, schema_probe
+from .merge import Commit, CommitRequest, RunOptions, append_output, begin_refresh
+from .planning import InputState, RebuildRequired, RefreshPlan, schema_columns
+from .spec import StreamTableJoinSpec, TableRef, quote
 from .tables import (
     CDF_COLUMNS,
     DeltaHandle,
     TableState,
     analysed,
+    input_frame,
     key_is_null,
     require_columns,
     table_size_bytes,
@@ -82,20 +84,25 @@ class LookupTable:
     """
 
     def __init__(
-        self, spec: StreamTableJoinSpec, handle: DeltaHandle, version: int, *, keyed_by_engine: bool = False
+        self,
+        spec: StreamTableJoinSpec,
+        handle: DeltaHandle,
+        state: TableState,
+        *,
+        keyed_by_engine: bool = False,
     ) -> None:
         self.handle = handle
-        self.version = version
+        self.version = state.version
         self.needs_key_check = spec.table.changelog is None and not keyed_by_engine
         self.key = list(spec.table.key)
-        raw = handle.read(version)
+        raw = input_frame(handle, state, engine_owned=keyed_by_engine)
         self.changelog = (
             cl.resolve_changelog(spec.table, handle, raw.schema) if spec.table.changelog is not None else None
         )
         self.raw = raw
         if self.changelog is None:
             require_columns(raw.columns, self.key, "table.key", handle)
-            self.columns = [c for c in raw.columns if not c.startswith(RESERVED_PREFIX)]
+            self.columns = list(raw.columns)
         else:
             self.columns = self.changelog.table_columns
 
@@ -131,9 +138,13 @@ def resolve_shape(
         sources = [f"stream column {c!r}" for c in spec.key_mapper]
         paths = [f"key_mapper[{i}]" for i in range(len(exprs))]
     else:
-        exprs = [F.expr(e) for e in spec.key_mapper.expressions]
+        paths = [f"key_mapper.expr[{i}]" for i in range(len(spec.key_mapper.expressions))]
+        checked = check_expressions(
+            schema_probe(stream_df.sparkSession, {"s": stream_df.schema}),
+            dict(zip(paths, spec.key_mapper.expressions, strict=True)),
+        )
+        exprs = list(checked.values())
         sources = [f"expression {e!r}" for e in spec.key_mapper.expressions]
-        paths = [f"key_mapper.expr[{i}]" for i in range(len(exprs))]
     typed = analysed(
         "key_mapper",
         lambda: stream_df.select(*[e.alias(n) for e, n in zip(exprs, mapped_columns, strict=True)]),
@@ -162,8 +173,12 @@ def resolve_shape(
     else:
         key = [c for c in spec.stream.key or [] if c not in spec.columns]
         output_columns = key + list(spec.columns)
+        checked = check_expressions(
+            schema_probe(stream_df.sparkSession, {"s": stream_df.schema, "t": table_df.schema}),
+            {f"columns.{name}": expression for name, expression in spec.columns.items()},
+        )
         projection = [F.col(f"s.{quote(c)}").alias(c) for c in key] + [
-            F.expr(expression).alias(name) for name, expression in spec.columns.items()
+            column.alias(name) for name, column in zip(spec.columns, checked.values(), strict=True)
         ]
     probe = stream_df.limit(0).alias("s").join(table_df.alias("t"), F.lit(False), "left")
     analysed("columns", lambda: probe.select(*projection))
@@ -266,7 +281,9 @@ def _rows(
     }
 
 
-def run_stream_table_join(spec: StreamTableJoinSpec, spark: SparkSession) -> dict[str, Any]:
+def run_stream_table_join(
+    spec: StreamTableJoinSpec, spark: SparkSession, options: RunOptions
+) -> dict[str, Any]:
     """Join the stream records appended since the last refresh to the pinned table; append the result."""
     started = time.monotonic()
     stream = DeltaHandle(spark, spec.stream, "stream")
@@ -283,9 +300,9 @@ def run_stream_table_join(spec: StreamTableJoinSpec, spark: SparkSession) -> dic
     states: dict[str, TableState] = {"stream": stream.state(), "table": table.state()}
     versions = {side: state.version for side, state in states.items()}
     phase("pinned")
-    stream_df = stream.read(versions["stream"])
+    stream_df = input_frame(stream, states["stream"])
     # A global table is written by MERGE on its key, so it holds one row per key: no duplicate check.
-    lookup = LookupTable(spec, table, versions["table"], keyed_by_engine=checkpoint_of is not None)
+    lookup = LookupTable(spec, table, states["table"], keyed_by_engine=checkpoint_of is not None)
     shape = resolve_shape(spec, stream, stream_df, lookup)
     if not states["stream"].cdf_enabled:
         warnings.append(
@@ -299,18 +316,24 @@ def run_stream_table_join(spec: StreamTableJoinSpec, spark: SparkSession) -> dic
             "per key; bootstrap it into a global table (global_table_bootstrap) to join a materialised table"
         )
 
-    fingerprint = spec_fingerprint(spec)
-    previous = read_progress(output)
     s_state = states["stream"]
     current = {
-        "stream": InputState(stream.location, s_state.table_id, versions["stream"], s_state.cdf_enabled)
+        "stream": InputState(
+            stream.location,
+            s_state.table_id,
+            versions["stream"],
+            s_state.cdf_enabled,
+            schema_columns(stream_df.schema),
+        )
     }
-    plan = plan_refresh(previous=previous, fingerprint=fingerprint, kind=spec.kind, current=current)
     consumed = {
         "stream": current["stream"].consumed(),
         "table": InputProgress(table.location, states["table"].table_id, versions["table"]),
     }
-    refresh = RefreshContext(spec.kind, output, previous, fingerprint, consumed, started, warnings)
+    refresh, plan = begin_refresh(
+        spec, output, current, options, started, warnings, consumed, append_only=True
+    )
+    previous = refresh.previous
 
     def result(plan: RefreshPlan, output_version: int | None, rows: dict[str, Any]) -> dict[str, Any]:
         # the table is looked up, not consumed: its range is the versions the output's records saw
@@ -349,12 +372,19 @@ def run_stream_table_join(spec: StreamTableJoinSpec, spark: SparkSession) -> dic
                 warnings,
                 refresh.request("incremental", plan.reason),
             )
-        except FeedUnavailable as unavailable:
+        except RebuildRequired as unavailable:
             plan = RefreshPlan("full", str(unavailable), {"stream": None})
         else:
             phase("committed")
             return result(plan, commit.version, rows)
 
+    if output.exists() and not (spec.allow_full_replace or options.full_refresh):
+        raise FullRebuildRefusedError(
+            f"stream_table_join output {output.location} is append-only, and this refresh would have to "
+            f"replace it ({plan.reason}); nothing was written. Replacing re-joins every stream record "
+            "against the table as it is now, so earlier lookups change. To do it, run once with "
+            "full_refresh (fkjoin run --full-refresh), or set allow_full_replace: true"
+        )
     commit, rows = _full(
         spec, shape, stream_df, lookup, output, warnings, refresh.request("full", plan.reason)
     )

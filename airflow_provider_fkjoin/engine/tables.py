@@ -16,9 +16,15 @@ from delta.tables import DeltaTable
 from pyspark.errors import AnalysisException, ParseException
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
+from . import internals
 from .errors import SpecError
-from .spec import TableRef, quote
+from .locations import local_path, location_identity
+from .spec import RESERVED_PREFIX, TableRef, quote
+
+#: The table property naming the kind and spec that own an output (see :mod:`.ownership`).
+OWNER_PROPERTY = "fkjoin.owner"
 
 CDF_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp")
 LIVE_CHANGE_TYPES = ("insert", "update_postimage")
@@ -57,14 +63,33 @@ class DeltaHandle:
     @property
     def local_path(self) -> Path | None:
         """The table's folder when it is on the local file system: read its log without the JVM."""
-        path = self.ref.path
-        if path is None:
+        if self.ref.path is None:
             return None
-        if path.startswith("file:"):
-            path = path.removeprefix("file://").removeprefix("file:")
-        elif "://" in path:
-            return None
-        return Path(path)
+        folder = local_path(self.ref.path)
+        return Path(folder) if folder is not None else None
+
+    def resolved_identity(self) -> str:
+        """What this table is compared by: its location's identity; a catalog table's resolved location
+        when it exists (``DESCRIBE DETAIL``), else its lower-cased name."""
+        if self.ref.path is not None or not self.exists():
+            return self.ref.identity
+        detail = self.spark.sql(f"DESCRIBE DETAIL {_quoted_name(self.ref.name)}").select("location").first()
+        return location_identity(str(detail[0])) if detail and detail[0] else self.ref.identity
+
+    def holds_other_files(self) -> bool:
+        """True when the location is not a Delta table but holds files: someone else's data."""
+        if self.ref.path is None or self.exists():
+            return False
+        local = self.local_path
+        if local is not None:
+            if not local.is_dir():
+                return local.exists()
+            # An empty _delta_log is what a create that failed midway leaves behind: not someone's data.
+            return any(
+                entry.name != "_delta_log" or any(p.is_file() for p in entry.rglob("*"))
+                for entry in local.iterdir()
+            )
+        return internals.path_has_files(self.spark, self.ref.path)
 
     def exists(self) -> bool:
         local = self.local_path
@@ -108,15 +133,27 @@ class DeltaHandle:
             version=int(version), table_id=str(detail["id"]), properties=dict(detail["properties"])
         )
 
+    def transaction_version(self, app_id: str) -> int | None:
+        """The last ``txnVersion`` Delta recorded for ``app_id`` in this table (None: never), read from
+        the snapshot, so log cleanup and any number of other commits do not hide it."""
+        local = self.local_path
+        if local is not None:
+            return deltalake.DeltaTable(str(local)).transaction_version(app_id)
+        path = self.ref.path
+        if path is None:
+            path = str(self.delta_table.detail().select("location").first()[0])
+        return internals.delta_transaction_version(self.spark, path, app_id)
+
     def history(self, limit: int) -> list[dict[str, Any]]:
-        """The newest ``limit`` commits, newest first: version, timestamp, isBlindAppend, userMetadata
-        and operationMetrics."""
+        """The newest ``limit`` commits, newest first: version, timestamp, operation, isBlindAppend,
+        userMetadata and operationMetrics."""
         local = self.local_path
         if local is not None:
             return [
                 {
                     "version": int(entry["version"]),
                     "timestamp": datetime.fromtimestamp(entry["timestamp"] / 1000, tz=UTC),
+                    "operation": str(entry.get("operation") or ""),
                     "isBlindAppend": bool(entry.get("isBlindAppend")),
                     "userMetadata": entry.get("userMetadata"),
                     "operationMetrics": {k: str(v) for k, v in (entry.get("operationMetrics") or {}).items()},
@@ -124,7 +161,7 @@ class DeltaHandle:
                 for entry in deltalake.DeltaTable(str(local)).history(limit)
             ]
         rows = self.delta_table.history(limit).select(
-            "version", "timestamp", "isBlindAppend", "userMetadata", "operationMetrics"
+            "version", "timestamp", "operation", "isBlindAppend", "userMetadata", "operationMetrics"
         )
         return [
             {
@@ -183,6 +220,33 @@ class DeltaHandle:
         return reader.table(self.ref.name)
 
 
+def input_frame(table: DeltaHandle, state: TableState, *, engine_owned: bool = False) -> DataFrame:
+    """An input table at its pinned version, with the engine's reserved columns handled.
+
+    Columns named ``_fkjoin_*`` belong to the engine: a table this engine wrote (``fkjoin.owner``, or
+    ``engine_owned``) has them dropped (a global table's ``_fkjoin_order``); any other input holding one
+    is refused, since it would clash with the engine's own working columns.
+
+    >>> input_frame(DeltaHandle(spark, TableRef(path="/w/products_global"), "right"), state).columns
+    ['product_id', 'name']
+    """
+    frame = table.read(state.version)
+    reserved = [c for c in frame.columns if c.startswith(RESERVED_PREFIX)]
+    if not reserved:
+        return frame
+    if engine_owned or OWNER_PROPERTY in state.properties:
+        return frame.drop(*reserved)
+    raise SpecError(
+        f"{table.role}: column {reserved[0]!r} of {table.role} table {table.location} starts with "
+        f"{RESERVED_PREFIX!r}, which is reserved for the engine's own columns; rename it in the table "
+        "(or select it under another name in a view you write to a Delta table)"
+    )
+
+
+def _quoted_name(name: str) -> str:
+    return ".".join(quote(part) for part in name.split("."))
+
+
 def key_is_null(columns: list[str]) -> Column:
     """True where any key column is null: such rows are dropped (Kafka drops null-key records)."""
     condition = F.lit(False)
@@ -191,9 +255,47 @@ def key_is_null(columns: list[str]) -> Column:
     return condition
 
 
-def null_safe_equal(left_alias: str, right_alias: str, columns: list[str]) -> str:
-    """SQL that is true when every column is equal or both null: ``t.a <=> s.a AND t.b <=> s.b``."""
-    return " AND ".join(f"{left_alias}.{quote(c)} <=> {right_alias}.{quote(c)}" for c in columns) or "TRUE"
+def _comparable(expression: str, data_type: T.DataType) -> str:
+    """SQL that compares ``expression`` by value whatever its type.
+
+    ``<=>`` is invalid on maps and variants (SPARK-18519), and on structs or arrays that hold one, so
+    those compare as JSON; a map's entries are sorted by key first, so equal maps built in another
+    order compare equal (no rewrite of an unchanged row).
+    """
+    if not _has_unorderable(data_type):
+        return expression
+    if isinstance(data_type, T.MapType) and not _has_unorderable(data_type.keyType):
+        entries = (
+            f"array_sort(map_entries({expression}), (a, b) -> "
+            "CASE WHEN a.key < b.key THEN -1 WHEN a.key > b.key THEN 1 ELSE 0 END)"
+        )
+        return f"to_json({entries})"
+    return f"to_json({expression})"
+
+
+def _has_unorderable(data_type: T.DataType) -> bool:
+    if isinstance(data_type, T.MapType | T.VariantType):
+        return True
+    if isinstance(data_type, T.ArrayType):
+        return _has_unorderable(data_type.elementType)
+    if isinstance(data_type, T.StructType):
+        return any(_has_unorderable(field.dataType) for field in data_type.fields)
+    return False
+
+
+def values_equal(left_alias: str, right_alias: str, columns: list[tuple[str, T.DataType]]) -> str:
+    """SQL that is true when every column is equal or both null: ``t.a <=> s.a AND t.b <=> s.b``.
+
+    Columns come with their types, so maps, variants and structs holding them compare too.
+
+    >>> values_equal("t", "s", [("a", T.LongType()), ("m", T.MapType(T.StringType(), T.LongType()))])
+    "t.`a` <=> s.`a` AND to_json(array_sort(map_entries(t.`m`), ...)) <=> to_json(array_sort(...))"
+    """
+    terms = [
+        f"{_comparable(f'{left_alias}.{quote(c)}', t)} <=> {_comparable(f'{right_alias}.{quote(c)}', t)}"
+        for c, t in columns
+    ]
+    return " AND ".join(terms) or "TRUE"
 
 
 def table_size_bytes(table: DeltaHandle, version: int | None = None) -> int:

@@ -22,6 +22,7 @@ import deltalake
 from deltalake.exceptions import TableNotFoundError
 
 from .errors import FkJoinError
+from .locations import location_identity
 
 METADATA_KEY = "fkjoin"
 HISTORY_SCAN = 200
@@ -164,5 +165,8 @@ def consumed_version(
 
 
 def _normalise(location: str) -> str:
-    location = location.removeprefix("file://").removeprefix("file:")
-    return location.rstrip("/")
+    """Compare locations as the engine does (``s3://b/t`` is ``s3a://b/t/``); a name stays as it is."""
+    try:
+        return location_identity(location)
+    except ValueError:
+        return location

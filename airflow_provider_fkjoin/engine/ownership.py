@@ -1,0 +1,109 @@
+"""Output ownership: a refresh writes only a table this engine created for the same spec.
+
+Checked once per refresh, before any data is read or written, for every kind (``run_spec`` calls it):
+
+* the output is not an input, not inside one and does not contain one: locations are compared after
+  normalising them (:mod:`.locations`), catalog tables by their resolved location, and existing tables by
+  their Delta table id, so no spelling of an input's location gets past it;
+* an existing output carries the table property ``fkjoin.owner`` naming the kind and the spec identity
+  that created it; another spec is refused, and so is a Delta table this engine did not create, unless the
+  spec says ``adopt_existing_output: true``;
+* a location that holds files but no Delta table is always refused.
+
+The spec identity is the kind and the identities of its inputs: editing ``columns`` or ``how`` keeps the
+owner (the next refresh rebuilds because the spec changed), while pointing a join with other inputs at
+the table is refused.
+
+    >>> check_ownership(spark, load_spec({... "output": {"path": "/w/orders"}}))
+    SpecError: output.path: /w/orders is a Delta table this engine did not create ...
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql import SparkSession
+
+from .commit_log import read_progress
+from .errors import SpecError
+from .locations import is_within
+from .tables import OWNER_PROPERTY, DeltaHandle
+
+
+@dataclass(frozen=True)
+class Ownership:
+    """Who owns the output and whether this refresh must record it (``claim``) before it commits."""
+
+    owner: str
+    claim: bool
+
+
+def spec_owner(spec: Any) -> str:
+    """The ``fkjoin.owner`` value of a spec: its kind and a hash of its inputs' identities.
+
+    >>> spec_owner(fk_spec)
+    '{"kind": "foreign_key_join", "spec": "3f1c0a9e2b7d4c11"}'
+    """
+    inputs = sorted((side, ref.identity) for side, ref in spec.inputs().items())
+    digest = hashlib.sha256(json.dumps([spec.kind, inputs]).encode()).hexdigest()[:16]
+    return json.dumps({"kind": spec.kind, "spec": digest}, sort_keys=True)
+
+
+def check_ownership(spark: SparkSession, spec: Any) -> Ownership:
+    """Refuse an output this spec must not write (SpecError naming the table and the fix)."""
+    output = DeltaHandle(spark, spec.output, "output")
+    inputs = {side: DeltaHandle(spark, ref, side) for side, ref in spec.inputs().items()}
+    owner = spec_owner(spec)
+    out_identity = output.resolved_identity()
+    for side, handle in inputs.items():
+        identity = handle.resolved_identity()
+        if is_within(out_identity, identity) or is_within(identity, out_identity):
+            raise SpecError(
+                f"output.path: the output {output.location} and {side} table {handle.location} are the same "
+                "place, or one is inside the other: a refresh would overwrite or corrupt the input; "
+                "write the output to a location of its own"
+            )
+    if not output.exists():
+        if output.holds_other_files():
+            raise SpecError(
+                f"output.path: {output.location} is not a Delta table but already holds files; the engine "
+                "only creates its output in an empty or new location: choose another path"
+            )
+        return Ownership(owner, claim=False)
+    state = output.state()
+    for side, handle in inputs.items():
+        if handle.exists() and handle.state().table_id == state.table_id:
+            raise SpecError(
+                f"output.path: the output {output.location} is the same Delta table as {side} "
+                f"({handle.location}, table id {state.table_id}); write the output to a location of its own"
+            )
+    recorded = state.properties.get(OWNER_PROPERTY)
+    if recorded == owner:
+        return Ownership(owner, claim=False)
+    if spec.adopts_existing_output:
+        return Ownership(owner, claim=True)
+    if recorded is not None:
+        raise SpecError(
+            f"output.path: {output.location} belongs to another spec ({_describe(recorded)}); two specs "
+            "writing one table would replace each other's rows. Give this spec its own output, or set "
+            "adopt_existing_output: true to take the table over (its first refresh rebuilds it)"
+        )
+    if read_progress(output) is not None:
+        # Created by this engine before outputs recorded their owner: claim it on the next commit.
+        return Ownership(owner, claim=True)
+    raise SpecError(
+        f"output.path: {output.location} is a Delta table this engine did not create; a refresh would "
+        "replace its rows. Choose a new location, or set adopt_existing_output: true to take it over "
+        "(its first refresh rebuilds it from the inputs)"
+    )
+
+
+def _describe(recorded: str) -> str:
+    try:
+        payload = json.loads(recorded)
+        return f"kind {payload.get('kind')}, spec id {payload.get('spec')}"
+    except (ValueError, AttributeError):
+        return f"owner {recorded[:80]!r}"
