@@ -3,7 +3,7 @@
 Links in Airflow 3 are read from XCom by the API server: an operator pushes the URL under the link's
 ``xcom_key`` while it runs (:func:`push_link`), and the UI shows it as a button on the task.
 
-    >>> table_uri("/warehouse/orders_enriched")
+    >>> table_uri("/warehouse/./orders_enriched/")
     'file:///warehouse/orders_enriched'
     >>> spark_ui_url("spark://master:7077", app_id="app-20250101-0001")
     'http://master:8080/app/?appId=app-20250101-0001'
@@ -11,71 +11,85 @@ Links in Airflow 3 are read from XCom by the API server: an operator pushes the 
 
 from __future__ import annotations
 
-import os
-import re
 from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import quote, urlsplit
 
 from airflow.sdk import BaseOperatorLink
 
+from airflow_provider_fkjoin.engine.locations import TABLE_SCHEMES, normalise_location
+
 if TYPE_CHECKING:
     from airflow.sdk import BaseOperator
     from airflow.sdk.types import TaskInstanceKey
 
+__all__ = [
+    "OUTPUT_TABLE_XCOM_KEY",
+    "SPARK_UI_XCOM_KEY",
+    "TABLE_SCHEMES",
+    "OutputTableLink",
+    "SparkApplicationLink",
+    "check_location",
+    "push_link",
+    "spark_ui_url",
+    "table_browser_url",
+    "table_uri",
+]
+
 SPARK_UI_XCOM_KEY = "fkjoin_spark_ui"
 OUTPUT_TABLE_XCOM_KEY = "fkjoin_output_table"
-
-#: URL schemes a Delta table location may use (local paths need none).
-TABLE_SCHEMES = frozenset({"file", "s3", "s3a", "gs", "abfs", "abfss", "hdfs", "dbfs", "az", "azure"})
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _STANDALONE_UI_PORT = 8080
 
 
 def check_location(location: str) -> str:
-    """A validated table location: an absolute local path, or a URL with a known object-store scheme.
+    """The table location the engine will use (the engine's ``normalise_location``).
 
-    Relative paths are made absolute; control characters, ``..`` segments and unknown schemes are refused.
+    The Airflow layer checks locations with the engine's own function, so a path refused (or two
+    spellings judged the same table) by the engine is refused (or judged the same) here too, before any
+    Spark job starts. ``file:`` URIs, ``//``, ``.``, ``..`` and a trailing ``/`` are normalised; a relative
+    path (it would depend on the worker's directory), an unknown scheme and credentials in a URL raise
+    ``ValueError`` saying what to write instead.
 
-    >>> check_location("s3://bucket/tables/orders")
+    >>> check_location("s3://bucket/tables/./orders/")
     's3://bucket/tables/orders'
+    >>> check_location("file:///w/x/../orders")
+    '/w/orders'
+    >>> check_location("orders")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ValueError: table location 'orders' is relative; give an absolute path ...
     """
-    if not isinstance(location, str) or not location.strip():
-        raise ValueError(f"table location must be a non-empty string, got {location!r}")
-    if _CONTROL.search(location):
-        raise ValueError(f"table location {location!r} contains control characters")
-    if "://" in location:
-        scheme = location.split("://", 1)[0].lower()
-        if scheme not in TABLE_SCHEMES:
-            raise ValueError(
-                f"table location {location!r}: scheme {scheme!r} is not one of {sorted(TABLE_SCHEMES)}"
-            )
-        path = urlsplit(location).path
-    else:
-        path = location
-    if ".." in path.split("/"):
-        raise ValueError(f"table location {location!r} must not contain '..' segments")
-    if "://" not in location:
-        return os.path.abspath(location)
-    return location
+    return normalise_location(location)
 
 
 def table_uri(location: str) -> str:
-    """The Asset URI of a table: ``file:///abs/path`` for a local path, the URL itself for object stores."""
+    """The Asset URI of a table: ``file:///abs/path`` for a local path, the normalised URL otherwise.
+
+    Normalising first means every spelling of one table (``/w/t/``, ``file:/w/./t``) is one Asset, so a
+    DAG scheduled on it is triggered whichever spelling the producing task used.
+
+    >>> table_uri("file:/w//orders/"), table_uri("S3A://lake/orders")
+    ('file:///w/orders', 's3a://lake/orders')
+    """
     location = check_location(location)
-    if "://" in location:
-        return location
-    return "file://" + quote(location)
+    if location.startswith("/"):
+        return "file://" + quote(location)
+    return location
 
 
 def table_browser_url(location: str) -> str:
-    """A URL where a person can look at the table: the cloud console for S3 and GCS, else the URI."""
+    """A URL where a person can look at the table: the cloud console for S3 and GCS, else the URI.
+
+    >>> table_browser_url("s3a://lake/tables/orders")
+    'https://s3.console.aws.amazon.com/s3/buckets/lake?prefix=tables/orders/'
+    """
     location = check_location(location)
+    if location.startswith("/"):
+        return table_uri(location)
     parts = urlsplit(location)
     scheme = parts.scheme.lower()
     prefix = parts.path.lstrip("/")
-    if scheme in {"s3", "s3a"}:
+    if scheme in {"s3", "s3a", "s3n"}:
         return f"https://s3.console.aws.amazon.com/s3/buckets/{parts.netloc}?prefix={quote(prefix)}/"
-    if scheme == "gs":
+    if scheme in {"gs", "gcs"}:
         return f"https://console.cloud.google.com/storage/browser/{parts.netloc}/{quote(prefix)}"
     return table_uri(location)
 

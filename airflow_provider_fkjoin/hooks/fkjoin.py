@@ -11,25 +11,35 @@ The ``spark`` connection says where the job runs: host ``local[2]`` (the embedde
 ``k8s://https://host:443`` (extra ``namespace``). The result comes from the driver's last JSON stdout
 line when spark-submit shows it (client mode), else it is rebuilt from the output table's Delta commit
 (cluster mode), which carries the input versions the refresh consumed.
+
+Credentials given as Spark conf (``fs.s3a.secret.key``, ``fs.azure.account.key.*``, SAS tokens, session
+tokens...) reach the job but not the logs: the logged command and failure messages show ``******`` for
+them, Airflow's task-log masker is told their values, Spark's own redaction covers its UI and event log,
+and the driver UI is off unless ``spark_ui=True``::
+
+    hook = FkJoinHook(conf={"spark.hadoop.fs.s3a.secret.key": "wJalr..."})
+    hook.masked_command(spec)     # '... --conf spark.hadoop.fs.s3a.secret.key=****** ...'
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sys
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowNotFoundException
+from airflow.sdk.log import mask_secret
 
 from airflow_provider_fkjoin.jobs import FKJOIN_JOB_FILE
-from airflow_provider_fkjoin.jobs.fkjoin_job import APP_INFO_PREFIX
+from airflow_provider_fkjoin.jobs.fkjoin_job import APP_INFO_PREFIX, REDACTION_CONF, REDACTION_REGEX
 from airflow_provider_fkjoin.links import check_location, spark_ui_url
 
 DELTA_PACKAGE = "io.delta:delta-spark_4.2_2.13:4.4.0"
@@ -37,6 +47,82 @@ EXIT_BAD_INPUT = 2
 EXIT_RETRY = 75
 _ENGINE_DIR = Path(__file__).resolve().parents[1] / "engine"
 _LOCAL_MASTERS = ("local",)
+MASK = "******"
+
+#: A conf key or environment variable name whose value is a credential. Broad on purpose: showing
+#: ``spark.sql.session.timeZone=******`` in a log costs little, leaking ``fs.s3a.session.token`` a lot.
+SENSITIVE_KEY = re.compile(
+    r"key|token|sas|secret|passw(?:or)?d|credential|private|auth|session|signature|^sig$", re.IGNORECASE
+)
+# One argv element ``key=value``: the value may hold spaces or newlines (a PEM private key).
+_ARGUMENT = re.compile(r"(?P<key>[^\s=]+)=(?P<value>.*)", re.DOTALL)
+# ``key=`` inside free text (log lines, JVM options), then its value: quoted, else up to the next space.
+_KEY_EQUALS = re.compile(r"(?P<key>[\w.\-]{1,200})=")
+_VALUE = re.compile(r"\"[^\"\n]*\"|'[^'\n]*'|\S*")
+_NOT_SECRETS = frozenset({"true", "false", "none", "null", "yes", "no"})
+
+
+def is_sensitive_key(key: str) -> bool:
+    """Whether the value of conf key (or env var) ``key`` is a credential to keep out of logs.
+
+    >>> is_sensitive_key("spark.hadoop.fs.azure.account.key.acct.dfs.core.windows.net")
+    True
+    >>> is_sensitive_key("spark.executor.memory")
+    False
+    """
+    return SENSITIVE_KEY.search(key) is not None
+
+
+def secret_values(items: Iterable[tuple[str, Any]]) -> list[str]:
+    """The values of sensitive keys worth masking verbatim (longest first), from ``(key, value)`` pairs.
+
+    Values shorter than 5 characters, booleans and numbers are left out, as Airflow's masker does: masking
+    every ``true`` or ``1`` in a log would hide everything and protect nothing.
+
+    >>> secret_values([("fs.s3a.secret.key", "wJalrXUtnFEMI"), ("spark.authenticate", "true")])
+    ['wJalrXUtnFEMI']
+    """
+    found = {
+        text
+        for key, value in items
+        if is_sensitive_key(str(key))
+        and len(text := str(value)) >= 5
+        and text.strip().lower() not in _NOT_SECRETS
+        and not text.strip().replace(".", "", 1).isdigit()
+    }
+    return sorted(found, key=lambda text: (-len(text), text))
+
+
+def mask_text(text: str, known: Iterable[str] = ()) -> str:
+    """``text`` with credentials replaced by ``******``: known secret values, and ``key=value`` pairs
+    whose key is sensitive (:data:`SENSITIVE_KEY`). The Spark provider's own masking (keys containing
+    ``secret`` or ``password``, ``key value`` pairs too) runs on top of this in ``_mask_cmd``.
+
+    >>> mask_text("--conf spark.hadoop.fs.s3a.session.token=IQoJb3JpZ2lu --conf spark.executor.cores=2")
+    '--conf spark.hadoop.fs.s3a.session.token=****** --conf spark.executor.cores=2'
+    >>> mask_text("INFO conf: spark.app.name=x -Dfs.azure.sas.token='sv=1&sig=2' -Xmx1g")
+    "INFO conf: spark.app.name=x -Dfs.azure.sas.token='******' -Xmx1g"
+
+    A text that is a whole ``key=value`` argument with a sensitive key is masked to its end, spaces and
+    newlines included (a PEM private key is one argv element of many lines).
+    """
+    for value in known:
+        text = text.replace(value, MASK)
+    whole = _ARGUMENT.fullmatch(text)
+    if whole is not None and is_sensitive_key(whole.group("key")):
+        return f"{whole.group('key')}={MASK}"
+    pieces: list[str] = []
+    copied = 0
+    for match in _KEY_EQUALS.finditer(text):
+        if match.start() < copied or not is_sensitive_key(match.group("key")):
+            continue
+        value = _VALUE.match(text, match.end())
+        assert value is not None  # the pattern matches the empty string
+        quote = value.group()[0] if value.group()[:1] in {"'", '"'} else ""
+        pieces += [text[copied : match.end()], quote, MASK, quote]
+        copied = value.end()
+    pieces.append(text[copied:])
+    return "".join(pieces)
 
 
 class FkJoinConnectionError(AirflowNotFoundException):
@@ -56,28 +142,66 @@ class FkJoinJobError(AirflowException):
 
 
 class _CapturingSparkSubmitHook(SparkSubmitHook):
-    """SparkSubmitHook that also hands every line of spark-submit's output to ``on_line``."""
+    """SparkSubmitHook that hands every line of spark-submit's output to ``on_line`` and masks more.
+
+    The provider masks only keys containing ``secret`` or ``password``, so ``fs.s3a.session.token``,
+    ``fs.azure.account.key.*`` or ``fs.azure.sas.*`` would be logged in clear with the command. Here every
+    place the provider masks (the logged command, "Cannot execute" errors, the output tail) and every
+    output line it logs goes through :func:`mask_text` as well::
+
+        hook._mask_cmd(["--conf", "fs.azure.sas.c.a.blob.core.windows.net=sv=2024&sig=abc"])
+        # '--conf fs.azure.sas.c.a.blob.core.windows.net=******'
+    """
 
     def __init__(self, *args: Any, on_line: Callable[[str], None], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._on_line = on_line
+        self._known_secrets = secret_values(
+            [*(kwargs.get("conf") or {}).items(), *(kwargs.get("env_vars") or {}).items()]
+        )
+
+    def _mask_cmd(self, connection_cmd: str | list[str]) -> str:
+        parts = [connection_cmd] if isinstance(connection_cmd, str) else [str(p) for p in connection_cmd]
+        masked: list[str] = []
+        run: list[str] = []
+        for part in parts:
+            if part.startswith(REDACTION_CONF + "="):
+                # A pattern naming secrets, not one: shown as is (the provider's masker would take the
+                # word "secret" in it for a key and mask the next argument instead).
+                if run:
+                    masked.append(super()._mask_cmd(run))
+                    run = []
+                masked.append(part)
+            else:
+                # Element by element first: a value may hold spaces or newlines (a PEM private key).
+                run.append(mask_text(part, self._known_secrets))
+        if run:
+            masked.append(super()._mask_cmd(run))
+        return " ".join(masked)
 
     def _process_spark_submit_log(self, itr: Iterator[Any]) -> None:
         def tee() -> Iterator[Any]:
             for line in itr:
-                self._on_line(str(line).strip())
-                yield line
+                text = str(line).strip()
+                self._on_line(text)  # unmasked: the result JSON must parse as the driver printed it
+                yield self._mask_cmd(text)
 
         super()._process_spark_submit_log(tee())
 
 
 class DriverOutput:
-    """What the driver told us on stdout: app info, the result JSON, the ``error:`` line, a tail."""
+    """What the driver told us on stdout: app info, the result JSON, the ``error:`` line, a tail.
+
+    After an ``error:`` line the CLI prints the root cause (``cause: java.io.IOException: ...``,
+    ``error class: ...``); those lines are kept in ``cause`` so the task's error message shows them
+    even when Spark's shutdown logging pushes them out of the tail.
+    """
 
     def __init__(self, on_app_info: Callable[[dict[str, Any]], None] | None = None) -> None:
         self.app_info: dict[str, Any] | None = None
         self.result: dict[str, Any] | None = None
         self.error: str | None = None
+        self.cause: list[str] = []
         self.tail: deque[str] = deque(maxlen=30)
         self._on_app_info = on_app_info
 
@@ -102,6 +226,8 @@ class DriverOutput:
                 self.result = parsed
         elif line.startswith("error: "):
             self.error = line.removeprefix("error: ")
+        elif self.error is not None and line.startswith(("cause: ", "error class: ")) and len(self.cause) < 5:
+            self.cause.append(line)
 
 
 def output_location(spec: Mapping[str, Any]) -> str | None:
@@ -129,6 +255,9 @@ class FkJoinHook(BaseHook):
     :param deploy_mode: ``client`` or ``cluster``; overrides the connection's ``deploy-mode`` extra.
     :param storage_options: ``deltalake`` storage options to read the output's Delta log (object stores).
     :param spark_submit_kwargs: more SparkSubmitHook arguments (``executor_memory``, ``num_executors``...).
+    :param spark_ui: start the driver's web UI (default off: it shows the job's conf and data to anyone
+        who can reach the driver). A ``spark.ui.enabled`` in ``conf`` wins. With the UI off, the
+        "Spark UI" link still points at a standalone master's or YARN's application page.
     """
 
     conn_name_attr = "conn_id"
@@ -147,6 +276,7 @@ class FkJoinHook(BaseHook):
         deploy_mode: str | None = None,
         storage_options: Mapping[str, str] | None = None,
         spark_submit_kwargs: Mapping[str, Any] | None = None,
+        spark_ui: bool = False,
     ) -> None:
         super().__init__()
         self.conn_id = conn_id
@@ -158,7 +288,13 @@ class FkJoinHook(BaseHook):
         self.deploy_mode = deploy_mode
         self.storage_options = dict(storage_options) if storage_options else None
         self.spark_submit_kwargs = dict(spark_submit_kwargs or {})
+        self.spark_ui = spark_ui
         self._submit_hook: SparkSubmitHook | None = None
+
+    @property
+    def spark_ui_enabled(self) -> bool:
+        """Whether the driver UI will run: ``conf["spark.ui.enabled"]`` if given, else ``spark_ui``."""
+        return str(self.conf.get("spark.ui.enabled", self.spark_ui)).strip().lower() == "true"
 
     def get_conn(self) -> Any:
         """The Spark connection, checked to exist."""
@@ -185,7 +321,10 @@ class FkJoinHook(BaseHook):
         return str(self.deploy_mode or connection.extra_dejson.get("deploy-mode") or "client")
 
     def _spark_conf(self, master: str, deploy_mode: str) -> dict[str, str]:
-        conf: dict[str, str] = {"spark.ui.enabled": "true"}
+        conf: dict[str, str] = {
+            "spark.ui.enabled": "true" if self.spark_ui else "false",
+            REDACTION_CONF: REDACTION_REGEX,
+        }
         if deploy_mode != "cluster":
             conf["spark.pyspark.driver.python"] = sys.executable
             log4j = _ENGINE_DIR / "log4j2.properties"
@@ -197,9 +336,17 @@ class FkJoinHook(BaseHook):
         return conf
 
     def build_submit_hook(
-        self, spec: Mapping[str, Any], on_line: Callable[[str], None] | None = None
+        self,
+        spec: Mapping[str, Any],
+        on_line: Callable[[str], None] | None = None,
+        *,
+        full_refresh: bool = False,
     ) -> SparkSubmitHook:
-        """The SparkSubmitHook for one refresh of ``spec`` (checks the connection first)."""
+        """The SparkSubmitHook for one refresh of ``spec`` (checks the connection first).
+
+        Every credential in the conf or ``env_vars`` is handed to Airflow's secrets masker here, so the
+        task log hides it wherever it shows up (spark-submit echoing its conf, a JVM error message).
+        """
         connection = self.get_conn()
         master = _master_of(connection)
         deploy_mode = self._deploy_mode(connection)
@@ -210,13 +357,22 @@ class FkJoinHook(BaseHook):
         location = output_location(spec)
         if location:
             name += "-" + (location.rstrip("/").rsplit("/", 1)[-1] or "output")
+        conf = self._spark_conf(master, deploy_mode)
+        for key, value in [*conf.items(), *self.env_vars.items()]:
+            if secret_values([(key, value)]):
+                mask_secret(value, key)
         kwargs: dict[str, Any] = {
-            "conf": self._spark_conf(master, deploy_mode),
+            "conf": conf,
             "conn_id": self.conn_id,
             "jars": jars,
             "packages": packages,
             "name": name,
-            "application_args": ["run", "--spec-json", json.dumps(dict(spec), sort_keys=True)],
+            "application_args": [
+                "run",
+                *(["--full-refresh"] if full_refresh else []),
+                "--spec-json",
+                json.dumps(dict(spec), sort_keys=True),
+            ],
             # env vars reach a YARN/K8s driver as conf; elsewhere they go to spark-submit's environment.
             "env_vars": self.env_vars if (self.env_vars and is_cluster_manager) else None,
             "deploy_mode": self.deploy_mode,
@@ -224,10 +380,19 @@ class FkJoinHook(BaseHook):
         kwargs.update(self.spark_submit_kwargs)
         return _CapturingSparkSubmitHook(on_line=on_line or (lambda _line: None), **kwargs)
 
-    def spark_submit_command(self, spec: Mapping[str, Any]) -> list[str]:
-        """The exact spark-submit argv ``run(spec)`` would execute."""
-        hook = self.build_submit_hook(spec)
+    def spark_submit_command(self, spec: Mapping[str, Any], *, full_refresh: bool = False) -> list[str]:
+        """The exact spark-submit argv ``run(spec, full_refresh=...)`` runs (credentials included)."""
+        hook = self.build_submit_hook(spec, full_refresh=full_refresh)
         return hook._build_spark_submit_command(self.application)
+
+    def masked_command(self, spec: Mapping[str, Any], *, full_refresh: bool = False) -> str:
+        """The spark-submit command as the task log shows it: credentials replaced by ``******``.
+
+        >>> FkJoinHook(conf={"fs.s3a.session.token": "IQoJb3JpZ2lu"}).masked_command(spec)  # doctest: +SKIP
+        'spark-submit --master local[2] ... --conf fs.s3a.session.token=****** ...'
+        """
+        hook = self.build_submit_hook(spec, full_refresh=full_refresh)
+        return hook._mask_cmd(hook._build_spark_submit_command(self.application))
 
     def submit_env(self, master: str) -> dict[str, str] | None:
         """spark-submit's environment in client/local mode: ours plus ``env_vars``, spark-submit on PATH."""
@@ -248,32 +413,40 @@ class FkJoinHook(BaseHook):
         spec: Mapping[str, Any],
         *,
         on_spark_ui: Callable[[str], None] | None = None,
+        full_refresh: bool = False,
     ) -> dict[str, Any]:
         """Run one refresh of ``spec`` and return the engine's result dict.
 
-        :param on_spark_ui: called with the Spark UI URL as soon as it is known (for the extra link).
+        :param on_spark_ui: called with the Spark UI URL as soon as it is known (for the extra link);
+            with the driver UI off, only a standalone master's or YARN's application page is reported.
+        :param full_refresh: rebuild the output from the inputs instead of applying their changes
+            (``fkjoin run --full-refresh``): the escape when an output must be recomputed on purpose.
         :raises FkJoinConnectionError: the Spark connection does not exist.
-        :raises FkJoinBadInputError: the engine refused the spec or the data (exit 2; no retry).
+        :raises FkJoinBadInputError: the output path is not a usable table location, or the engine refused
+            the spec or the data (exit 2; no retry).
         :raises FkJoinRetryableError: a concurrent refresh committed first (exit 75).
         :raises FkJoinJobError: any other failure.
         """
         location = output_location(spec)
         if location:
-            location = check_location(location)
+            try:
+                location = check_location(location)
+            except ValueError as error:
+                raise FkJoinBadInputError(f"output.path: {error}") from error
         before = self._output_version(location)
         connection = self.get_conn()
         master = _master_of(connection)
         extra = connection.extra_dejson
+        ui_enabled = self.spark_ui_enabled
 
         def app_info(info: dict[str, Any]) -> None:
-            url = spark_ui_url(
-                master, app_id=info.get("app_id"), driver_ui=info.get("ui_url"), conn_extra=extra
-            )
+            driver_ui = info.get("ui_url") if ui_enabled else None
+            url = spark_ui_url(master, app_id=info.get("app_id"), driver_ui=driver_ui, conn_extra=extra)
             if url and on_spark_ui is not None:
                 on_spark_ui(url)
 
         output = DriverOutput(on_app_info=app_info)
-        hook = self.build_submit_hook(spec, on_line=output.feed)
+        hook = self.build_submit_hook(spec, on_line=output.feed, full_refresh=full_refresh)
         self._submit_hook = hook
         early = spark_ui_url(master, conn_extra=extra)
         if early and on_spark_ui is not None:
@@ -312,13 +485,14 @@ class FkJoinHook(BaseHook):
     def _failure(hook: SparkSubmitHook, output: DriverOutput, error: AirflowException) -> AirflowException:
         process = getattr(hook, "_submit_sp", None)
         code = getattr(process, "returncode", None)
-        detail = output.error or str(error).splitlines()[0][:500]
+        detail = hook._mask_cmd(output.error or (str(error).splitlines() or [""])[0][:500])
         if code == EXIT_BAD_INPUT:
             return FkJoinBadInputError(f"fkjoin refused the spec or input data: {detail}")
         if code == EXIT_RETRY:
             return FkJoinRetryableError(f"fkjoin refresh conflicted, nothing written (retry): {detail}")
+        cause = "".join(f"\n{hook._mask_cmd(line)}" for line in output.cause)
         tail = "\n".join(hook._mask_cmd([line]) for line in list(output.tail)[-15:])
-        return FkJoinJobError(f"fkjoin Spark job failed (exit {code}): {detail}\n{tail}")
+        return FkJoinJobError(f"fkjoin Spark job failed (exit {code}): {detail}{cause}\n{tail}")
 
     def on_kill(self) -> None:
         """Stop the Spark application (spark-submit process, YARN application, driver pod or driver)."""

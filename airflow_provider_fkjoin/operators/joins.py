@@ -15,6 +15,13 @@ Example::
         how="left",
         output="/w/orders_customers",
     )
+
+Every operator also takes ``full_refresh`` (templated: a bool, or a string such as
+``"{{ params.full_refresh }}"`` rendering to ``true``/``false``), which rebuilds the output from its
+inputs instead of applying their changes, and ``spark_ui`` (default off) to start the driver's web UI.
+Table paths are normalised as the engine does and must be absolute paths or object-store URLs: a
+relative ``output: "out"`` fails the task with ``output.path: table location 'out' is relative; ...``.
+A relative ``spec_file`` is fine: it is a file next to the DAG, not a table.
 """
 
 from __future__ import annotations
@@ -42,6 +49,10 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
 TableArg = str | Mapping[str, Any]
+_TRUE = frozenset({"true", "1", "yes", "y", "on"})
+_FALSE = frozenset({"false", "0", "no", "n", "off", "", "none"})
+#: Template fields every operator has besides its spec fields (subclasses list them after their own).
+COMMON_TEMPLATE_FIELDS: tuple[str, ...] = ("spec_file", "conf", "env_vars", "full_refresh")
 
 
 def _read_spec_file(path: str | Path) -> dict[str, Any]:
@@ -74,6 +85,30 @@ def _is_templated(value: str) -> bool:
     return "{{" in value or "{%" in value
 
 
+def parse_flag(value: Any, field: str) -> bool:
+    """A rendered boolean argument: a bool, 0/1, or a string such as ``"True"``, ``"false"``, ``"1"``.
+
+    Jinja renders to strings unless the DAG renders native objects, so ``"{{ params.full }}"`` arrives as
+    ``"True"`` or ``"False"``; anything else is a bad input that names the argument, never a silent False.
+
+    >>> parse_flag("True", "full_refresh"), parse_flag(" false ", "full_refresh"), parse_flag(1, "x")
+    (True, False, True)
+    """
+    if isinstance(value, bool):
+        return value
+    if value is None:
+        return False
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str):
+        text = value.strip().lower()
+        if text in _TRUE:
+            return True
+        if text in _FALSE:
+            return False
+    raise FkJoinBadInputError(f"{field}: expected true or false, got {value!r}")
+
+
 def _dataset(location: str) -> tuple[str, str]:
     """OpenLineage (namespace, name) of a table location: ``("file", "/abs")``, ``("s3://b", "key")``."""
     location = check_location(location)
@@ -85,7 +120,14 @@ def _dataset(location: str) -> tuple[str, str]:
 
 
 class _FkJoinOperator(BaseOperator):
-    """Shared machinery of the join operators; subclasses name the kind, fields and input sides."""
+    """Shared machinery of the join operators; subclasses name the kind, fields and input sides.
+
+    A subclass lists ``template_fields`` as ``(*map(_attr, spec_fields), *COMMON_TEMPLATE_FIELDS)`` so the
+    arguments every operator takes (``full_refresh``, ``conf``...) are templated in all of them.
+
+    :param full_refresh: rebuild the output in full this run (templated; bool or "true"/"false").
+    :param spark_ui: start the Spark driver's web UI (off by default: it exposes the job's conf).
+    """
 
     kind: ClassVar[str] = ""
     spec_fields: ClassVar[tuple[str, ...]] = ()
@@ -108,6 +150,8 @@ class _FkJoinOperator(BaseOperator):
         deploy_mode: str | None = None,
         storage_options: Mapping[str, str] | None = None,
         spark_submit_kwargs: Mapping[str, Any] | None = None,
+        full_refresh: bool | str = False,
+        spark_ui: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -123,6 +167,8 @@ class _FkJoinOperator(BaseOperator):
         self.deploy_mode = deploy_mode
         self.storage_options = dict(storage_options) if storage_options else None
         self.spark_submit_kwargs = dict(spark_submit_kwargs or {})
+        self.full_refresh = full_refresh
+        self.spark_ui = spark_ui
         self._hook: FkJoinHook | None = None
         self._spec: dict[str, Any] | None = None
         self._declare_assets()
@@ -140,8 +186,11 @@ class _FkJoinOperator(BaseOperator):
     def build_spec(self, context: Context | None = None) -> dict[str, Any]:
         """The spec this task submits: the file's fields (rendered with ``context``), then the arguments.
 
-        Paths are validated (absolute path or known object-store URL) and a string ``output`` becomes
-        ``{"path": ...}``.
+        Table paths are normalised with the engine's rules (absolute path or known object-store URL;
+        ``..``, ``//`` and ``file:`` folded) and a string ``output`` becomes ``{"path": ...}``. A path
+        the engine would refuse fails here, naming the field::
+
+            FkJoinBadInputError: output.path: table location 'out' is relative; give an absolute path ...
         """
         data: dict[str, Any] = {}
         path = self._spec_file_path()
@@ -225,17 +274,25 @@ class _FkJoinOperator(BaseOperator):
             deploy_mode=self.deploy_mode,
             storage_options=self.storage_options,
             spark_submit_kwargs=self.spark_submit_kwargs,
+            spark_ui=self.spark_ui,
         )
 
     def execute(self, context: Context) -> dict[str, Any]:
         spec = self.build_spec(context)
         self.validate_spec(spec)
+        full_refresh = parse_flag(self.full_refresh, "full_refresh")
         self._spec = spec
         output = _table_path(spec.get("output"))
         if output:
             push_link(context, OUTPUT_TABLE_XCOM_KEY, table_browser_url(output))
         self._hook = self.make_hook()
-        result = self._hook.run(spec, on_spark_ui=lambda url: push_link(context, SPARK_UI_XCOM_KEY, url))
+        if full_refresh:
+            self.log.info("%s: full refresh requested: the output is rebuilt from its inputs", self.kind)
+        result = self._hook.run(
+            spec,
+            on_spark_ui=lambda url: push_link(context, SPARK_UI_XCOM_KEY, url),
+            full_refresh=full_refresh,
+        )
         self.log.info(
             "%s: mode=%s (%s) output version=%s rows=%s",
             self.kind,
@@ -316,7 +373,7 @@ class ForeignKeyJoinOperator(_FkJoinOperator):
     kind = "foreign_key_join"
     spec_fields = ("left", "right", "foreign_key", "how", "columns", "output")
     input_sides = ("left", "right")
-    template_fields: Sequence[str] = (*map(_attr, spec_fields), "spec_file", "conf", "env_vars")
+    template_fields: Sequence[str] = (*map(_attr, spec_fields), *COMMON_TEMPLATE_FIELDS)
     template_fields_renderers = {"left": "json", "right": "json", "columns": "json", "conf": "json"}
 
     def __init__(
@@ -360,7 +417,7 @@ class GlobalTableBootstrapOperator(_FkJoinOperator):
     kind = "global_table_bootstrap"
     spec_fields = ("source", "output")
     input_sides = ("source",)
-    template_fields: Sequence[str] = (*map(_attr, spec_fields), "spec_file", "conf", "env_vars")
+    template_fields: Sequence[str] = (*map(_attr, spec_fields), *COMMON_TEMPLATE_FIELDS)
     template_fields_renderers = {"source": "json", "conf": "json"}
 
     def __init__(
@@ -395,7 +452,7 @@ class StreamTableJoinOperator(_FkJoinOperator):
     kind = "stream_table_join"
     spec_fields = ("stream", "table", "key_mapper", "how", "columns", "allow_unbootstrapped_table", "output")
     input_sides = ("stream", "table")
-    template_fields: Sequence[str] = (*map(_attr, spec_fields), "spec_file", "conf", "env_vars")
+    template_fields: Sequence[str] = (*map(_attr, spec_fields), *COMMON_TEMPLATE_FIELDS)
     template_fields_renderers = {"stream": "json", "table": "json", "columns": "json", "conf": "json"}
 
     def __init__(

@@ -1,5 +1,6 @@
-"""FkJoinHook: the exact spark-submit argv per connection shape, connection errors, and ``run`` against a
-fake ``spark-submit`` binary (the real SparkSubmitHook runs it as a subprocess)."""
+"""FkJoinHook: the exact spark-submit argv per connection shape, connection errors, credentials kept out
+of logs, and ``run`` against a fake ``spark-submit`` binary (the real SparkSubmitHook runs it as a
+subprocess)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 from airflow.providers.apache.spark.hooks import spark_submit
 from airflow_support import record_refresh, write_table
 
+from airflow_provider_fkjoin.hooks import fkjoin as fkjoin_hook
 from airflow_provider_fkjoin.hooks.fkjoin import (
     DELTA_PACKAGE,
     FkJoinBadInputError,
@@ -18,6 +20,7 @@ from airflow_provider_fkjoin.hooks.fkjoin import (
     FkJoinHook,
     FkJoinJobError,
     FkJoinRetryableError,
+    mask_text,
 )
 from airflow_provider_fkjoin.jobs import FKJOIN_JOB_FILE
 
@@ -31,6 +34,11 @@ SPEC = {
     "output": {"path": "/w/orders_customers"},
 }
 SPEC_JSON = json.dumps(SPEC, sort_keys=True)
+UI_OFF = "spark.ui.enabled=false"
+REDACTION = (
+    "spark.redaction.regex="
+    "(?i)secret|password|passwd|token|access.?key|account.?key|sas|credential|private.?key|session"
+)
 
 
 @pytest.fixture(autouse=True)
@@ -43,7 +51,45 @@ def test_local_connection_argv(spark_conn):
     assert FkJoinHook().spark_submit_command(SPEC) == [
         "spark-submit",
         "--master", "local[2]",
+        "--conf", UI_OFF,
+        "--conf", REDACTION,
+        "--conf", f"spark.pyspark.driver.python={sys.executable}",
+        "--conf", f"spark.driver.extraJavaOptions={LOG4J}",
+        "--conf", f"spark.pyspark.python={sys.executable}",
+        "--jars", "/opt/delta/delta-spark.jar,/opt/delta/delta-storage.jar",
+        "--name", "fkjoin-foreign_key_join-orders_customers",
+        FKJOIN_JOB_FILE,
+        "run", "--spec-json", SPEC_JSON,
+    ]  # fmt: skip
+
+
+def test_full_refresh_argv(spark_conn):
+    """``run(spec, full_refresh=True)`` submits ``fkjoin run --full-refresh``: the job rebuilds the output."""
+    spark_conn({"conn_type": "spark", "host": "local[2]"})
+    assert FkJoinHook().spark_submit_command(SPEC, full_refresh=True) == [
+        "spark-submit",
+        "--master", "local[2]",
+        "--conf", UI_OFF,
+        "--conf", REDACTION,
+        "--conf", f"spark.pyspark.driver.python={sys.executable}",
+        "--conf", f"spark.driver.extraJavaOptions={LOG4J}",
+        "--conf", f"spark.pyspark.python={sys.executable}",
+        "--jars", "/opt/delta/delta-spark.jar,/opt/delta/delta-storage.jar",
+        "--name", "fkjoin-foreign_key_join-orders_customers",
+        FKJOIN_JOB_FILE,
+        "run", "--full-refresh", "--spec-json", SPEC_JSON,
+    ]  # fmt: skip
+
+
+def test_spark_ui_on_request_and_user_redaction_wins(spark_conn):
+    spark_conn({"conn_type": "spark", "host": "local[2]"})
+    hook = FkJoinHook(spark_ui=True, conf={"spark.redaction.regex": "(?i)mine"})
+    assert hook.spark_ui_enabled
+    assert hook.spark_submit_command(SPEC) == [
+        "spark-submit",
+        "--master", "local[2]",
         "--conf", "spark.ui.enabled=true",
+        "--conf", "spark.redaction.regex=(?i)mine",
         "--conf", f"spark.pyspark.driver.python={sys.executable}",
         "--conf", f"spark.driver.extraJavaOptions={LOG4J}",
         "--conf", f"spark.pyspark.python={sys.executable}",
@@ -56,11 +102,13 @@ def test_local_connection_argv(spark_conn):
 
 def test_standalone_connection_argv_user_conf_wins(spark_conn):
     spark_conn({"conn_type": "spark", "host": "spark://master.example", "port": 7077})
-    hook = FkJoinHook(conf={"spark.ui.enabled": "false", "spark.executor.memory": "2g"})
+    hook = FkJoinHook(spark_ui=True, conf={"spark.ui.enabled": "false", "spark.executor.memory": "2g"})
+    assert not hook.spark_ui_enabled
     assert hook.spark_submit_command(SPEC) == [
         "spark-submit",
         "--master", "spark://master.example:7077",
-        "--conf", "spark.ui.enabled=false",
+        "--conf", UI_OFF,
+        "--conf", REDACTION,
         "--conf", f"spark.pyspark.driver.python={sys.executable}",
         "--conf", f"spark.driver.extraJavaOptions={LOG4J}",
         "--conf", "spark.executor.memory=2g",
@@ -77,7 +125,8 @@ def test_yarn_cluster_connection_argv_env_vars_go_to_the_application_master(spar
     assert hook.spark_submit_command(SPEC) == [
         "spark-submit",
         "--master", "yarn",
-        "--conf", "spark.ui.enabled=true",
+        "--conf", UI_OFF,
+        "--conf", REDACTION,
         "--conf", "spark.yarn.appMasterEnv.FKJOIN_TRACE=1",
         "--jars", "/opt/delta/delta-spark.jar,/opt/delta/delta-storage.jar",
         "--num-executors", "4",
@@ -105,7 +154,8 @@ def test_kubernetes_connection_argv_with_maven_packages(spark_conn, monkeypatch,
     assert hook.spark_submit_command(SPEC) == [
         "spark-submit",
         "--master", "k8s://https://k8s.example:443",
-        "--conf", "spark.ui.enabled=true",
+        "--conf", UI_OFF,
+        "--conf", REDACTION,
         "--conf", "spark.kubernetes.container.image=fkjoin:1",
         "--conf", "spark.kubernetes.namespace=jobs",
         "--packages", DELTA_PACKAGE,
@@ -114,6 +164,99 @@ def test_kubernetes_connection_argv_with_maven_packages(spark_conn, monkeypatch,
         "local:///opt/fkjoin/fkjoin_job.py",
         "run", "--spec-json", SPEC_JSON,
     ]  # fmt: skip
+
+
+# -- credentials stay out of logs ------------------------------------------------------------------
+CREDENTIALS = {
+    "spark.hadoop.fs.azure.account.key.x.dfs.core.windows.net": "K3Y",
+    "fs.s3a.session.token": "T0K",
+}
+
+
+def test_logged_command_masks_credentials_the_real_argv_keeps_them(spark_conn, capsys):
+    spark_conn({"conn_type": "spark", "host": "local[2]"})
+    hook = FkJoinHook(conf=CREDENTIALS)
+    argv = hook.spark_submit_command(SPEC)
+    assert "spark.hadoop.fs.azure.account.key.x.dfs.core.windows.net=K3Y" in argv  # the job needs them
+    assert "fs.s3a.session.token=T0K" in argv
+    logged = capsys.readouterr().out  # what SparkSubmitHook logged: "Spark-Submit cmd: ..."
+    masked = hook.masked_command(SPEC)
+    for text in (logged, masked):
+        assert "Spark-Submit cmd" in logged
+        assert "K3Y" not in text
+        assert "T0K" not in text
+    assert "--conf spark.hadoop.fs.azure.account.key.x.dfs.core.windows.net=****** " in masked
+    assert "--conf fs.s3a.session.token=****** " in masked
+    assert f"--conf {REDACTION} " in masked  # the redaction pattern itself is shown, not taken for a secret
+    assert f"run --spec-json {SPEC_JSON}" in masked  # the rest of the command stays readable
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "spark.hadoop.fs.azure.account.key.acct.dfs.core.windows.net",
+        "spark.hadoop.fs.azure.sas.container.acct.blob.core.windows.net",
+        "spark.hadoop.fs.s3a.session.token",
+        "spark.hadoop.fs.s3a.secret.key",
+        "spark.hadoop.fs.s3a.access.key",
+        "spark.hadoop.fs.gs.auth.service.account.private.key",
+        "spark.hadoop.fs.azure.account.oauth2.client.secret",
+        "spark.hadoop.google.cloud.auth.service.account.json.keyfile",
+        "spark.hadoop.javax.jdo.option.ConnectionPassword",
+        "spark.hadoop.hive.metastore.passwd",
+        "spark.hadoop.fs.gs.credentials",
+        "spark.kubernetes.driverEnv.AWS_SESSION_TOKEN",
+        "spark.yarn.appMasterEnv.AZURE_STORAGE_KEY",
+    ],
+)
+def test_every_kind_of_credential_is_masked(spark_conn, key):
+    spark_conn({"conn_type": "spark", "host": "local[2]"})
+    value = "-----BEGIN PRIVATE KEY-----\nMIIEvQ s3cr3t\n-----END PRIVATE KEY-----\n"
+    hook = FkJoinHook(conf={key: value})
+    assert f"{key}={value}" in hook.spark_submit_command(SPEC)
+    masked = hook.masked_command(SPEC)
+    assert f"--conf {key}=****** --jars" in masked
+    assert "s3cr3t" not in masked
+    assert "MIIEvQ" not in masked
+
+
+def test_credentials_are_given_to_airflows_secrets_masker(spark_conn, monkeypatch):
+    """Airflow's masker then redacts them anywhere in the task log, e.g. where spark-submit echoes them."""
+    registered: list[tuple[str, str | None]] = []
+    monkeypatch.setattr(fkjoin_hook, "mask_secret", lambda value, name=None: registered.append((value, name)))
+    spark_conn({"conn_type": "spark", "host": "yarn", "extra": {"deploy-mode": "cluster"}})
+    hook = FkJoinHook(
+        conf={"spark.hadoop.fs.s3a.secret.key": "wJalrXUtnFEMI", "spark.authenticate": "true"},
+        env_vars={"AZURE_STORAGE_KEY": "c2VjcmV0a2V5", "FKJOIN_TRACE": "verbose"},
+    )
+    hook.spark_submit_command(SPEC)
+    assert registered == [
+        ("wJalrXUtnFEMI", "spark.hadoop.fs.s3a.secret.key"),
+        ("c2VjcmV0a2V5", "AZURE_STORAGE_KEY"),
+    ]  # not "true" (a boolean masked everywhere would hide every "true" in the log), not FKJOIN_TRACE
+    masked = hook.masked_command(SPEC)
+    assert "c2VjcmV0a2V5" not in masked  # spark.yarn.appMasterEnv.AZURE_STORAGE_KEY=******
+    assert "spark.yarn.appMasterEnv.FKJOIN_TRACE=verbose" in masked
+
+
+def test_mask_text_in_log_lines():
+    assert mask_text("INFO url https://acct.blob.core.windows.net/c?sv=2024-01-01&sig=AbC%2Bd== done") == (
+        "INFO url https://acct.blob.core.windows.net/c?sv=2024-01-01&sig=****** done"
+    )
+    assert mask_text("spark.executor.memory=2g spark.sql.shuffle.partitions=8") == (
+        "spark.executor.memory=2g spark.sql.shuffle.partitions=8"
+    )
+    assert mask_text('conf fs.s3a.access.key="AKIA EXAMPLE" next') == 'conf fs.s3a.access.key="******" next'
+    # a whole `key=value` argument is masked to its end: its value may be a multi-line PEM key
+    assert mask_text("fs.gs.auth.service.account.private.key=-----BEGIN KEY\nMIIE\n") == (
+        "fs.gs.auth.service.account.private.key=******"
+    )
+    assert mask_text("export X=1; spark.hadoop.fs.s3a.secret.key=abc", ["zzzzz"]) == (
+        "export X=1; spark.hadoop.fs.s3a.secret.key=******"
+    )
+    assert mask_text("token value in prose: wJalrXUtnFEMI", ["wJalrXUtnFEMI"]) == (
+        "token value in prose: ******"
+    )
 
 
 def test_missing_connection_fails_clearly_instead_of_falling_back_to_yarn(monkeypatch):
@@ -152,10 +295,36 @@ def test_run_returns_the_drivers_last_json_line_and_reports_the_spark_ui(spark_c
         ]
     )
     urls: list[str] = []
-    result = FkJoinHook().run(SPEC, on_spark_ui=urls.append)
+    result = FkJoinHook(spark_ui=True).run(SPEC, on_spark_ui=urls.append)
     assert result == {**RESULT, "source": "driver_stdout"}
     assert urls == ["http://worker:4040"]
     assert fake_spark_submit.argv[-3:] == ["run", "--spec-json", SPEC_JSON]
+
+
+APP_LINE = 'FKJOIN_APP {"app_id": "app-1", "ui_url": "http://worker:4040", "master": "m"}'
+
+
+def test_with_the_driver_ui_off_no_driver_link_is_reported(spark_conn, fake_spark_submit):
+    spark_conn({"conn_type": "spark", "host": "local[2]"})
+    fake_spark_submit.scenario(lines=[APP_LINE, json.dumps(RESULT)])
+    urls: list[str] = []
+    FkJoinHook().run(SPEC, on_spark_ui=urls.append)
+    assert urls == []  # local master, UI off: no page to link to
+
+
+def test_with_the_driver_ui_off_a_standalone_master_page_is_still_linked(spark_conn, fake_spark_submit):
+    spark_conn({"conn_type": "spark", "host": "spark://master.example", "port": 7077})
+    fake_spark_submit.scenario(lines=[APP_LINE, json.dumps(RESULT)])
+    urls: list[str] = []
+    FkJoinHook().run(SPEC, on_spark_ui=urls.append)
+    assert urls == ["http://master.example:8080/", "http://master.example:8080/app/?appId=app-1"]
+
+
+def test_run_with_full_refresh_submits_the_flag(spark_conn, fake_spark_submit):
+    spark_conn({"conn_type": "spark", "host": "local[2]"})
+    fake_spark_submit.scenario(lines=[json.dumps(RESULT)])
+    FkJoinHook().run(SPEC, full_refresh=True)
+    assert fake_spark_submit.argv[-4:] == ["run", "--full-refresh", "--spec-json", SPEC_JSON]
 
 
 def test_run_in_cluster_mode_reads_the_result_from_the_output_commit(spark_conn, fake_spark_submit, tmp_path):
@@ -195,16 +364,38 @@ def test_run_maps_the_cli_exit_code(spark_conn, fake_spark_submit, code, error):
         FkJoinHook().run(SPEC)
 
 
-def test_failure_message_masks_secrets(spark_conn, fake_spark_submit):
+def test_failure_message_masks_secrets(spark_conn, fake_spark_submit, capsys):
     spark_conn({"conn_type": "spark", "host": "local[2]"})
-    fake_spark_submit.scenario(lines=["spark.hadoop.fs.s3a.secret.key=hunter2", "boom"], exit=1)
+    fake_spark_submit.scenario(
+        lines=[
+            "spark.hadoop.fs.s3a.secret.key=hunter2",
+            "spark.hadoop.fs.s3a.session.token=FwoGZXIvYXdzE",
+            "error: Py4JJavaError: An error occurred, fs.azure.account.key.a.dfs.core.windows.net=AccKey0==",
+            "cause: java.nio.file.AccessDeniedException: /w/orders_customers/_delta_log",
+            "boom",
+        ],
+        exit=1,
+    )
     with pytest.raises(FkJoinJobError) as raised:
         FkJoinHook().run(SPEC)
-    assert "hunter2" not in str(raised.value)
-    assert "secret.key=******" in str(raised.value)
+    message = str(raised.value)
+    logged = capsys.readouterr().out  # the spark-submit output lines the hook logged
+    assert "cause: java.nio.file.AccessDeniedException" in logged
+    for secret in ("hunter2", "FwoGZXIvYXdzE", "AccKey0"):
+        assert secret not in message
+        assert secret not in logged
+    assert "secret.key=******" in message
+    assert "session.token=******" in message
+    assert message.startswith(
+        "fkjoin Spark job failed (exit 1): Py4JJavaError: An error occurred, "
+        "fs.azure.account.key.a.dfs.core.windows.net=******\n"
+        "cause: java.nio.file.AccessDeniedException: /w/orders_customers/_delta_log\n"
+    )
 
 
-def test_run_refuses_an_unsafe_output_path(spark_conn, fake_spark_submit):
+def test_run_refuses_a_relative_output_path_naming_the_field(spark_conn, fake_spark_submit):
     spark_conn({"conn_type": "spark", "host": "local[2]"})
-    with pytest.raises(ValueError, match=r"'\.\.' segments"):
-        FkJoinHook().run({**SPEC, "output": {"path": "/w/../etc/out"}})
+    with pytest.raises(FkJoinBadInputError, match=r"^output\.path: table location 'out' is relative; "):
+        FkJoinHook().run({**SPEC, "output": {"path": "out"}})
+    with pytest.raises(FkJoinBadInputError, match=r"output\.path: .*scheme 'http'"):
+        FkJoinHook().run({**SPEC, "output": {"path": "http://example.com/t"}})

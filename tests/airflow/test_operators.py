@@ -19,7 +19,7 @@ from airflow_provider_fkjoin.operators import (
     GlobalTableBootstrapOperator,
     StreamTableJoinOperator,
 )
-from airflow_provider_fkjoin.operators.joins import asset_event_extra
+from airflow_provider_fkjoin.operators.joins import _FkJoinOperator, asset_event_extra, parse_flag
 
 START = dt.datetime(2025, 1, 1, tzinfo=dt.UTC)
 
@@ -46,11 +46,14 @@ def context(**extra: Any) -> dict[str, Any]:
 
 @pytest.fixture
 def submitted(monkeypatch) -> list[dict[str, Any]]:
-    """Replace FkJoinHook.run: record the spec, report a Spark UI, return a result for the output."""
+    """Replace FkJoinHook.run: record the spec (and ``full_refresh`` as ``spec["_full_refresh"]``), report a
+    Spark UI, return a result for the output."""
     specs: list[dict[str, Any]] = []
 
-    def fake_run(self: FkJoinHook, spec: dict[str, Any], *, on_spark_ui=None) -> dict[str, Any]:
-        specs.append(spec)
+    def fake_run(
+        self: FkJoinHook, spec: dict[str, Any], *, on_spark_ui=None, full_refresh: bool = False
+    ) -> dict[str, Any]:
+        specs.append({**spec, "_full_refresh": full_refresh})
         if on_spark_ui:
             on_spark_ui("http://driver:4040")
         sides = {
@@ -106,6 +109,7 @@ def test_execute_returns_the_result_records_the_asset_event_and_pushes_links(sub
     result = op.execute(ctx)
     assert result["output"]["version"] == 7
     assert submitted[0]["output"] == {"path": "/w/orders_customers"}
+    assert submitted[0]["_full_refresh"] is False
     event = ctx["outlet_events"][Asset(uri="file:///w/orders_customers")]
     assert event.extra == {
         "kind": "foreign_key_join",
@@ -188,11 +192,91 @@ def test_a_spec_file_of_another_kind_is_refused(tmp_path: Path):
         GlobalTableBootstrapOperator(task_id="boot", spec_file=str(spec_file)).build_spec()
 
 
-def test_unsafe_paths_are_refused():
-    with pytest.raises(FkJoinBadInputError, match=r"output.path: .*'\.\.'"):
+def test_unsafe_paths_are_refused_naming_the_field():
+    with pytest.raises(FkJoinBadInputError, match=r"^output\.path: table location 'out' is relative; "):
+        fk_operator(output="out").build_spec()
+    with pytest.raises(FkJoinBadInputError, match=r"^right\.path: table location 'w/customers' is relative"):
+        fk_operator(right={"path": "w/customers", "key": ["customer_id"]}).build_spec()
+    with pytest.raises(FkJoinBadInputError, match=r"^output\.path: .*'\.\.' climbs above the root"):
         fk_operator(output="/w/../../etc").build_spec()
-    with pytest.raises(FkJoinBadInputError, match="scheme 'http'"):
+    with pytest.raises(FkJoinBadInputError, match=r"^left\.path: .*scheme 'http'"):
         fk_operator(left={"path": "http://example.com/t", "key": ["k"]}).build_spec()
+    with pytest.raises(FkJoinBadInputError, match=r"^output\.path: .*credentials in a URL"):
+        fk_operator(output="s3a://AKIA:secret@bucket/out").build_spec()
+
+
+def test_a_relative_output_fails_the_task_before_any_spark_job(submitted):
+    op = fk_operator(output="out")
+    assert op.outlets == []  # not an asset either
+    with pytest.raises(FkJoinBadInputError, match=r"output\.path: table location 'out' is relative"):
+        op.execute(context())
+    assert submitted == []
+
+
+def test_paths_are_normalised_as_the_engine_does():
+    spec = fk_operator(
+        left={"path": "file:///w/./orders/", "key": ["order_id"]},
+        output="/w/x/../orders_customers//",
+    ).build_spec()
+    assert spec["left"] == {"path": "/w/orders", "key": ["order_id"]}
+    assert spec["output"] == {"path": "/w/orders_customers"}
+    assert fk_operator(output="/w/x/../orders_customers/").outlets == [
+        Asset(uri="file:///w/orders_customers")
+    ]
+
+
+# -- full refresh ------------------------------------------------------------------------------------
+def test_full_refresh_is_passed_to_the_hook(submitted):
+    fk_operator(full_refresh=True).execute(context())
+    assert submitted[0]["_full_refresh"] is True
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [("True", True), ("true", True), ("1", True), ("False", False), ("false", False), ("0", False)],
+)
+def test_full_refresh_is_templated(submitted, value, expected):
+    with DAG("full", schedule=None, start_date=START):
+        op = GlobalTableBootstrapOperator(
+            task_id="boot",
+            source={"path": "/w/products_cdc", "key": ["product_id"]},
+            output="/w/products_global",
+            full_refresh="{{ params.full }}",
+        )
+    ctx = context(params={"full": value})
+    op.render_template_fields(ctx)
+    op.execute(ctx)
+    assert submitted[0]["_full_refresh"] is expected
+
+
+def test_a_full_refresh_that_is_not_a_boolean_fails_naming_the_argument(submitted):
+    with pytest.raises(FkJoinBadInputError, match=r"full_refresh: expected true or false, got 'maybe'"):
+        fk_operator(full_refresh="maybe").execute(context())
+    assert submitted == []
+
+
+def test_every_operator_templates_full_refresh():
+    operators = _FkJoinOperator.__subclasses__()
+    assert {op.__name__ for op in operators} >= {
+        "ForeignKeyJoinOperator",
+        "GlobalTableBootstrapOperator",
+        "StreamTableJoinOperator",
+    }
+    for operator in operators:
+        assert "full_refresh" in operator.template_fields, operator.__name__
+
+
+def test_parse_flag():
+    assert [parse_flag(v, "f") for v in (True, False, None, 0, 1, " TRUE ", "no", "")] == [
+        True, False, False, False, True, True, False, False,
+    ]  # fmt: skip
+    with pytest.raises(FkJoinBadInputError, match="f: expected true or false, got 2"):
+        parse_flag(2, "f")
+
+
+def test_spark_ui_is_off_unless_asked_for():
+    assert fk_operator().make_hook().spark_ui is False
+    assert fk_operator(spark_ui=True).make_hook().spark_ui is True
 
 
 def test_an_invalid_spec_fails_before_any_spark_job(submitted):
