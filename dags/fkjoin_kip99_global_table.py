@@ -81,6 +81,7 @@ with DAG(
             "total": "s.quantity * t.price",
         },
         output=str(ORDERS_ENRICHED),
+        spark_ui=True,  # the driver's UI is off unless asked for; this DAG shows its link while it runs
     )
 
     seed() >> bootstrap >> caught_up >> enrich

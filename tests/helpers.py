@@ -719,3 +719,46 @@ class World:
         """Every refresh of output ``name`` so far met the whole contract."""
         report = "\n".join(r.describe() for r in self.history[name] if not r.ok())
         assert not report, f"output {name}:\n{report}"
+
+
+# --------------------------------------------- the orders x customers join of the lifecycle and safety tests
+
+ORDERS = "order_id long, customer_id long, amount double"
+CUSTOMERS = "customer_id long, name string"
+
+
+def write(spark, rows, schema, path: Path, mode: str = "overwrite", cdf: bool = True, **options: str) -> None:
+    """Write tuples as a Delta table (CDF on unless ``cdf`` is False); ``options`` go to the writer."""
+    writer = spark.createDataFrame(rows, schema).write.format("delta").mode(mode)
+    if cdf:
+        writer = writer.option("delta.enableChangeDataFeed", "true")
+    for key, value in options.items():
+        writer = writer.option(key, value)
+    writer.save(str(path))
+
+
+def rows_at(spark, path: Path | str, version: int | None = None) -> list[dict[str, Any]]:
+    reader = spark.read.format("delta")
+    if version is not None:
+        reader = reader.option("versionAsOf", version)
+    return [r.asDict() for r in reader.load(str(path)).collect()]
+
+
+def oracle(spark, result: dict, how: str = "inner") -> dict[int, tuple]:
+    """orders x customers joined from scratch, in Python, over the inputs at the result's pinned versions."""
+    left = rows_at(spark, result["inputs"]["left"]["path"], result["inputs"]["left"]["to_version"])
+    right = rows_at(spark, result["inputs"]["right"]["path"], result["inputs"]["right"]["to_version"])
+    by_key = {r["customer_id"]: r for r in right if r["customer_id"] is not None}
+    out = {}
+    for row in left:
+        if row["order_id"] is None:
+            continue
+        match = by_key.get(row["customer_id"]) if row["customer_id"] is not None else None
+        if match is None and how == "inner":
+            continue
+        out[row["order_id"]] = (row["customer_id"], row["amount"], match["name"] if match else None)
+    return out
+
+
+def output_state(spark, path: Path) -> dict[int, tuple]:
+    return {r["order_id"]: (r["customer_id"], r["amount"], r["name"]) for r in rows_at(spark, path)}

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from delta.tables import DeltaTable
+from helpers import CUSTOMERS, ORDERS, oracle, output_state, rows_at, write
 
 from airflow_provider_fkjoin.engine import (
     ConcurrentRefreshError,
@@ -20,43 +21,6 @@ from airflow_provider_fkjoin.engine import (
     run_spec,
 )
 from airflow_provider_fkjoin.engine.trace import phase_listener
-
-ORDERS = "order_id long, customer_id long, amount double"
-CUSTOMERS = "customer_id long, name string"
-
-
-def write(spark, rows, schema, path: Path, mode: str = "overwrite", cdf: bool = True) -> None:
-    writer = spark.createDataFrame(rows, schema).write.format("delta").mode(mode)
-    if cdf:
-        writer = writer.option("delta.enableChangeDataFeed", "true")
-    writer.save(str(path))
-
-
-def rows_at(spark, path: Path, version: int | None = None) -> list[dict]:
-    reader = spark.read.format("delta")
-    if version is not None:
-        reader = reader.option("versionAsOf", version)
-    return [r.asDict() for r in reader.load(str(path)).collect()]
-
-
-def oracle(spark, result: dict, how: str = "inner") -> dict[int, tuple]:
-    """The join from scratch, in Python, over the inputs at the result's pinned versions."""
-    left = rows_at(spark, Path(result["inputs"]["left"]["path"]), result["inputs"]["left"]["to_version"])
-    right = rows_at(spark, Path(result["inputs"]["right"]["path"]), result["inputs"]["right"]["to_version"])
-    by_key = {r["customer_id"]: r for r in right if r["customer_id"] is not None}
-    out = {}
-    for row in left:
-        if row["order_id"] is None:
-            continue
-        match = by_key.get(row["customer_id"]) if row["customer_id"] is not None else None
-        if match is None and how == "inner":
-            continue
-        out[row["order_id"]] = (row["customer_id"], row["amount"], match["name"] if match else None)
-    return out
-
-
-def output_state(spark, path: Path) -> dict[int, tuple]:
-    return {r["order_id"]: (r["customer_id"], r["amount"], r["name"]) for r in rows_at(spark, path)}
 
 
 def version_of(spark, path: Path) -> int:
@@ -194,7 +158,7 @@ def test_live_table_checks(spark, tables, warehouse: Path) -> None:
         run_spec(dict(spec, foreign_key=["cust"]), spark=spark)
     with pytest.raises(SpecError, match=r"foreign_key.expr\[0\]: expression .* is int but right.key"):
         run_spec(dict(spec, foreign_key={"expr": "CAST(customer_id AS INT)"}), spark=spark)
-    with pytest.raises(SpecError, match=r"columns: .*nope"):
+    with pytest.raises(SpecError, match=r"columns\.x: .*nope"):
         run_spec(dict(spec, columns={"x": "r.nope"}), spark=spark)
     assert not (warehouse / "out").exists()
 

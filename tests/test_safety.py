@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import CUSTOMERS, ORDERS, oracle, output_state, rows_at, write
 
 from airflow_provider_fkjoin.engine import (
     FkJoinError,
@@ -28,25 +29,9 @@ from airflow_provider_fkjoin.engine.errors import FullRebuildRefusedError
 from airflow_provider_fkjoin.engine.spec import TableRef
 from airflow_provider_fkjoin.engine.tables import DeltaHandle
 
-ORDERS = "order_id long, customer_id long, amount double"
-CUSTOMERS = "customer_id long, name string"
 ORDER_ROWS = [(1, 10, 5.0), (2, 10, 7.5), (3, 20, 1.0), (4, None, 2.0)]
+
 CUSTOMER_ROWS = [(10, "ann"), (20, "bob"), (30, "cy")]
-
-
-def write(spark, rows, schema, path: Path, mode: str = "overwrite", **options: str) -> None:
-    writer = spark.createDataFrame(rows, schema).write.format("delta").mode(mode)
-    writer = writer.option("delta.enableChangeDataFeed", "true")
-    for key, value in options.items():
-        writer = writer.option(key, value)
-    writer.save(str(path))
-
-
-def rows_at(spark, path: Path | str, version: int | None = None) -> list[dict[str, Any]]:
-    reader = spark.read.format("delta")
-    if version is not None:
-        reader = reader.option("versionAsOf", version)
-    return [r.asDict() for r in reader.load(str(path)).collect()]
 
 
 def snapshot(spark, *paths: Path) -> dict[str, Any]:
@@ -61,24 +46,6 @@ def snapshot(spark, *paths: Path) -> dict[str, Any]:
         rows = sorted(json.dumps(r, sort_keys=True, default=str) for r in rows_at(spark, path))
         state[str(path)] = (handle.state().version, rows)
     return state
-
-
-def oracle(spark, result: dict, how: str = "inner") -> dict[int, tuple]:
-    """The FK join from scratch, in Python, over the inputs at the result's pinned versions."""
-    left = rows_at(spark, result["inputs"]["left"]["path"], result["inputs"]["left"]["to_version"])
-    right = rows_at(spark, result["inputs"]["right"]["path"], result["inputs"]["right"]["to_version"])
-    by_key = {r["customer_id"]: r for r in right if r["customer_id"] is not None}
-    out = {}
-    for row in left:
-        match = by_key.get(row["customer_id"]) if row["customer_id"] is not None else None
-        if match is None and how == "inner":
-            continue
-        out[row["order_id"]] = (row["customer_id"], row["amount"], match["name"] if match else None)
-    return out
-
-
-def output_state(spark, path: Path) -> dict[int, tuple]:
-    return {r["order_id"]: (r["customer_id"], r["amount"], r["name"]) for r in rows_at(spark, path)}
 
 
 @pytest.fixture
@@ -261,6 +228,58 @@ def test_widened_input_column_rebuilds_with_reason(spark, tables) -> None:
     result = run_spec(fk_spec(tables), spark=spark)
     assert result["mode"] == "full" and "'amount' changed type double -> bigint" in result["reason"]
     assert {r["order_id"]: r["amount"] for r in rows_at(spark, tables["out"])} == {1: 5, 2: 7, 3: 1}
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        ("DROP COLUMN tier", "column 'tier' dropped"),
+        ("RENAME COLUMN tier TO level", "column 'level' added; column 'tier' dropped"),
+    ],
+)
+def test_dropped_or_renamed_input_column_rebuilds_with_reason(spark, tables, change, reason) -> None:
+    write(
+        spark,
+        [(10, "ann", "gold"), (20, "bob", "silver")],
+        "customer_id long, name string, tier string",
+        tables["customers"],
+        overwriteSchema="true",
+    )
+    spark.sql(
+        f"ALTER TABLE delta.`{tables['customers']}` SET TBLPROPERTIES ("
+        "'delta.columnMapping.mode' = 'name', 'delta.minReaderVersion' = '2', 'delta.minWriterVersion' = '5')"
+    )
+    run_spec(fk_spec(tables), spark=spark)
+    spark.sql(f"ALTER TABLE delta.`{tables['customers']}` {change}")
+    result = run_spec(fk_spec(tables), spark=spark)
+    assert result["mode"] == "full" and reason in result["reason"], result["reason"]
+    expected = {"order_id", "customer_id", "amount", "name", *(["level"] if "RENAME" in change else [])}
+    assert set(rows_at(spark, tables["out"])[0]) == expected
+
+
+def test_variant_value_column_works_across_refreshes(spark, tables) -> None:
+    documents = spark.sql(
+        "SELECT * FROM VALUES (10L, 'ann', parse_json('{\"a\": 1}')), (20L, 'bob', parse_json('[1, 2]')) "
+        "AS c(customer_id, name, doc)"
+    )
+    documents.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(
+        str(tables["customers"])
+    )
+    run_spec(fk_spec(tables), spark=spark)
+    spark.sql(
+        f"UPDATE delta.`{tables['customers']}` SET doc = parse_json('{{\"a\": 2}}') WHERE customer_id = 10"
+    )
+    result = run_spec(fk_spec(tables), spark=spark)
+    assert result["mode"] == "incremental" and result["rows"]["updated"] == 2, result
+    docs = {
+        r["order_id"]: r["doc"]
+        for r in spark.read.format("delta")
+        .load(str(tables["out"]))
+        .selectExpr("order_id", "to_json(doc) AS doc")
+        .collect()
+    }
+    assert docs == {1: '{"a":2}', 2: '{"a":2}', 3: "[1,2]"}
+    assert run_spec(fk_spec(tables), spark=spark)["mode"] == "noop"
 
 
 def test_projected_column_gone_is_a_spec_error(spark, tables) -> None:
