@@ -537,3 +537,19 @@ def test_safety_doc_is_true() -> None:
 def test_every_engine_error_is_an_fkjoin_error() -> None:
     assert issubclass(FullRebuildRefusedError, FkJoinError)
     assert not FullRebuildRefusedError.retryable
+
+
+def test_duplicates_are_found_among_many_partially_null_keys(spark, warehouse) -> None:
+    """A thousand partially-null composite keys must not hide a duplicate (nor under-count null keys)."""
+    left, right, out = warehouse / "pairs", warehouse / "groups", warehouse / "out"
+    rows = [(i, None, 1) for i in range(1500)] + [(7, 7, 1), (7, 7, 1)]
+    write(spark, rows, "a long, b long, g long", left)
+    write(spark, [(1, "one")], "g long, name string", right)
+    spec = {
+        "kind": "foreign_key_join",
+        "left": {"path": str(left), "key": ["a", "b"]},
+        "right": {"path": str(right), "key": ["g"]},
+        "foreign_key": ["g"],
+        "output": {"path": str(out)},
+    }
+    refused(spark, spec, InputDataError, "duplicate keys", "a=7, b=7", "x2", watch=[left, right, out])

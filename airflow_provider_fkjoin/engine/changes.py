@@ -145,31 +145,34 @@ def check_keys(
 ) -> int:
     """Fail on duplicate keys (naming up to 10); return how many rows have a null key (if asked).
 
-    One aggregation job. Raises :class:`InputDataError` before anything is written.
+    One aggregation job when the keys are clean: every duplicate group and every null-key row is
+    counted, however many partially-null composite keys there are. Only when it finds duplicates does a
+    second job fetch ten of them for the message. Raises :class:`InputDataError` before anything is
+    written.
     """
-    null_flag = key_is_null(key)
-    condition = F.col("_fkjoin_n") > 1
-    if count_nulls:
-        condition = condition | F.col("_fkjoin_null")
-    problems = (
-        frame.select(*[F.col(quote(c)) for c in key], null_flag.alias("_fkjoin_null"))
+    null, rows = F.col("_fkjoin_null"), F.col("_fkjoin_n")
+    grouped = (
+        frame.select(*[F.col(quote(c)) for c in key], key_is_null(key).alias("_fkjoin_null"))
         .groupBy(*[quote(c) for c in key], "_fkjoin_null")
         .agg(F.count(F.lit(1)).alias("_fkjoin_n"))
-        .where(condition)
-        .limit(1000)
-        .collect()
     )
-    nulls = sum(int(row["_fkjoin_n"]) for row in problems if row["_fkjoin_null"])
-    duplicates = [row for row in problems if not row["_fkjoin_null"] and row["_fkjoin_n"] > 1]
-    if duplicates:
+    duplicate = ~null & (rows > 1)
+    summary = (
+        grouped.where(duplicate | null)
+        .agg(F.sum(F.when(null, rows)).alias("nulls"), F.count(F.when(duplicate, 1)).alias("duplicates"))
+        .first()
+    )
+    nulls = int(summary["nulls"] or 0) if count_nulls else 0
+    found = int(summary["duplicates"] or 0)
+    if found:
+        examples = grouped.where(duplicate).limit(10).collect()
         shown = ", ".join(
-            "(" + ", ".join(f"{c}={row[c]!r}" for c in key) + f") x{row['_fkjoin_n']}"
-            for row in duplicates[:10]
+            "(" + ", ".join(f"{c}={row[c]!r}" for c in key) + f") x{row['_fkjoin_n']}" for row in examples
         )
-        more = " and more" if len(duplicates) > 10 else ""
+        more = f" and {found - len(examples)} more" if found > len(examples) else ""
         raise InputDataError(
             f"{table.role} table {table.location} has duplicate keys at version {version} "
-            f"(key {key}): {shown}{more}. A table must hold one row per key: deduplicate it "
+            f"(key {key}; {found} keys repeat): {shown}{more}. A table must hold one row per key: deduplicate it "
             "(e.g. MERGE the latest row per key) and rerun; nothing was written."
         )
     return nulls
