@@ -172,7 +172,7 @@ def check_keys(
         more = f" and {found - len(examples)} more" if found > len(examples) else ""
         raise InputDataError(
             f"{table.role} table {table.location} has duplicate keys at version {version} "
-            f"(key {key}; {found} keys repeat): {shown}{more}. A table must hold one row per key: deduplicate it "
-            "(e.g. MERGE the latest row per key) and rerun; nothing was written."
+            f"(key {key}; {found} keys repeat): {shown}{more}. A table must hold one row per key: "
+            "deduplicate it (e.g. MERGE the latest row per key) and rerun; nothing was written."
         )
     return nulls
