@@ -255,15 +255,9 @@ def _write_rows(output: DeltaHandle, rows: DataFrame, request: CommitRequest, mo
     return _find_commit(output, request)
 
 
-def _table_identifier(output: DeltaHandle) -> str:
-    if output.ref.path is not None:
-        return f"delta.{quote(output.ref.path)}"
-    return ".".join(quote(part) for part in (output.ref.name or "").split("."))
-
-
 def _create_table(output: DeltaHandle, rows: DataFrame, request: CommitRequest) -> Commit:
     """Create the output (CTAS) with CDF, deletion vectors and ``fkjoin.owner`` in its first commit."""
-    writer = rows.writeTo(_table_identifier(output)).using("delta")
+    writer = rows.writeTo(output.sql_identifier).using("delta")
     for name, value in {**OUTPUT_PROPERTIES, OWNER_PROPERTY: request.owner}.items():
         writer = writer.tableProperty(name, value)
     try:
@@ -286,7 +280,7 @@ def _claim_owner(output: DeltaHandle, request: CommitRequest) -> None:
     if not request.claim:
         return
     output.spark.sql(
-        f"ALTER TABLE {_table_identifier(output)} SET TBLPROPERTIES "
+        f"ALTER TABLE {output.sql_identifier} SET TBLPROPERTIES "
         f"('{OWNER_PROPERTY}' = {_sql_string(request.owner)}, "
         + ", ".join(f"'{k}' = '{v}'" for k, v in OUTPUT_PROPERTIES.items())
         + ")"
@@ -420,7 +414,7 @@ def _key_prune_condition(source: DataFrame, key: list[str]) -> Column | None:
     """
     salt = secrets.randbits(62)
     hashed = F.xxhash64(F.lit(salt).cast("bigint"), *[F.col(quote(c)) for c in key])
-    values = source.where(F.col(PRESENT).isNotNull()).select(hashed.alias("h")).distinct()
+    values = source.select(hashed.alias("h")).distinct()
     found = values.limit(KEY_PRUNE_LIMIT + 1).collect()
     if len(found) > KEY_PRUNE_LIMIT:
         return None

@@ -68,12 +68,19 @@ class DeltaHandle:
         folder = local_path(self.ref.path)
         return Path(folder) if folder is not None else None
 
+    @property
+    def sql_identifier(self) -> str:
+        """The table in SQL: ``delta.`/w/orders``` for a path, ```db`.`orders``` for a catalog name."""
+        if self.ref.path is not None:
+            return f"delta.{quote(self.ref.path)}"
+        return ".".join(quote(part) for part in (self.ref.name or "").split("."))
+
     def resolved_identity(self) -> str:
         """What this table is compared by: its location's identity; a catalog table's resolved location
         when it exists (``DESCRIBE DETAIL``), else its lower-cased name."""
         if self.ref.path is not None or not self.exists():
             return self.ref.identity
-        detail = self.spark.sql(f"DESCRIBE DETAIL {_quoted_name(self.ref.name)}").select("location").first()
+        detail = self.spark.sql(f"DESCRIBE DETAIL {self.sql_identifier}").select("location").first()
         return location_identity(str(detail[0])) if detail and detail[0] else self.ref.identity
 
     def holds_other_files(self) -> bool:
@@ -241,10 +248,6 @@ def input_frame(table: DeltaHandle, state: TableState, *, engine_owned: bool = F
         f"{RESERVED_PREFIX!r}, which is reserved for the engine's own columns; rename it in the table "
         "(or select it under another name in a view you write to a Delta table)"
     )
-
-
-def _quoted_name(name: str) -> str:
-    return ".".join(quote(part) for part in name.split("."))
 
 
 def key_is_null(columns: list[str]) -> Column:
