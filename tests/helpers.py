@@ -517,6 +517,7 @@ class OutputSpec:
     columns: dict[str, str] | None = None
     fk_oracle: FkSpec | None = None
     columns_oracle: Mapping[str, ColumnSpec] | None = None
+    write_path: str = "auto"
 
 
 @dataclass
@@ -639,7 +640,7 @@ class World:
             self.history[name].append(record)
             started = time.monotonic()
             try:
-                result = run_spec(spec, spark=self.spark)
+                result = run_spec(spec, spark=self.spark, write_path=self.outputs[name].write_path)
             except Exception as exc:
                 record.error = f"{type(exc).__name__}: {exc}"
                 continue

@@ -117,6 +117,7 @@ class OutputLog:
     app_id: str
     last_seq: int
     table_id: str | None
+    latest_version: int | None = None
 
 
 def read_progress(output: DeltaHandle) -> Progress | None:
@@ -132,7 +133,10 @@ def read_output_log(output: DeltaHandle) -> OutputLog:
     app_id = transaction_app_id(table_id)
     found: Progress | None = None
     changed: str | None = None
+    latest: int | None = None
     for entry in output.history(HISTORY_SCAN):
+        if latest is None:
+            latest = int(entry["version"])
         found = parse_progress(entry["userMetadata"], entry["version"], entry["timestamp"])
         if found is not None:
             break
@@ -144,7 +148,7 @@ def read_output_log(output: DeltaHandle) -> OutputLog:
             )
     recorded = output.transaction_version(app_id) or 0
     last_seq = max(recorded, found.seq if found else 0)
-    return OutputLog(found, changed if found is not None else None, app_id, last_seq, table_id)
+    return OutputLog(found, changed if found is not None else None, app_id, last_seq, table_id, latest)
 
 
 def new_progress_metadata(
@@ -199,6 +203,16 @@ def commit_settings(spark: SparkSession, *, user_metadata: str, app_id: str, seq
                 "spark.databricks.delta.write.txnAppId": app_id,
                 "spark.databricks.delta.write.txnVersion": str(seq),
             },
+        )
+
+
+@contextmanager
+def metadata_settings(spark: SparkSession, user_metadata: str) -> Iterator[None]:
+    """Session settings that make the next Delta commit carry our progress as its user metadata
+    (a commit built by hand adds its own ``SetTransaction``). Commits sharing a session take turns."""
+    with _COMMIT_LOCK:
+        yield from _with_commit_settings(
+            spark, {"spark.databricks.delta.commitInfo.userMetadata": user_metadata}
         )
 
 

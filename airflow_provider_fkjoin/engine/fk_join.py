@@ -29,10 +29,20 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from . import changelog as cl
-from .changes import ChangedKeys, changed_keys, check_keys, feed_errors, maybe_broadcast
+from .change_writer import NetChanges, net_changes
+from .changes import ChangedKeys, changed_keys, check_keys, feed_errors, first_images, maybe_broadcast
 from .errors import SpecError
 from .expressions import check_expressions, schema_probe
-from .merge import PRESENT, CommitRequest, RunOptions, begin_refresh, merge_output, write_full_output
+from .merge import (
+    PRESENT,
+    Commit,
+    CommitRequest,
+    RefreshContext,
+    RunOptions,
+    begin_refresh,
+    merge_output,
+    write_full_output,
+)
 from .planning import InputState, RebuildRequired, RefreshPlan, schema_columns
 from .spec import ForeignKeyJoinSpec, SourceRef, quote
 from .tables import DeltaHandle, TableState, analysed, input_frame, key_is_null, require_columns
@@ -232,19 +242,17 @@ def run_foreign_key_join(
         return refresh.result(plan, previous.output_version, _rows())
 
     if plan.mode == "incremental":
-        incremental = _incremental(
-            spec, shape, sides, output, plan, to_versions, refresh.request("incremental", plan.reason)
-        )
+        incremental = _incremental(spec, shape, sides, output, plan, to_versions, refresh)
         if isinstance(incremental, str):
             plan = RefreshPlan("full", incremental, dict.fromkeys(current))
         else:
-            version, rows = incremental
+            commit, rows = incremental
             phase("committed")
-            return refresh.result(plan, version, rows)
+            return refresh.result(plan, commit.version, rows, write_path=commit.write_path)
 
-    version, rows = _full(spec, shape, sides, output, refresh.request("full", plan.reason))
+    commit, rows = _full(spec, shape, sides, output, refresh.request("full", plan.reason))
     phase("committed")
-    return refresh.result(plan, version, rows)
+    return refresh.result(plan, commit.version, rows, write_path=commit.write_path)
 
 
 def _rows(
@@ -274,7 +282,7 @@ def _full(
     sides: dict[str, JoinInput],
     output: DeltaHandle,
     request: CommitRequest,
-) -> tuple[int, dict[str, Any]]:
+) -> tuple[Commit, dict[str, Any]]:
     left_df, right_df = sides["left"].rows, sides["right"].rows
     null_left = _null_keys(sides["left"], shape.left_key)
     null_right = _null_keys(sides["right"], shape.right_key)
@@ -283,7 +291,7 @@ def _full(
     phase("merge_started")
     commit = write_full_output(output, joined, shape.left_key, shape.value_columns, request)
     rows = _rows(commit.inserted, commit.updated, commit.deleted, null_left=null_left, null_right=null_right)
-    return commit.version, rows
+    return commit, rows
 
 
 def _incremental(
@@ -293,9 +301,10 @@ def _incremental(
     output: DeltaHandle,
     plan: RefreshPlan,
     to_versions: dict[str, int],
-    request: CommitRequest,
-) -> tuple[int, dict[str, Any]] | str:
-    """The incremental path: (output version, rows), or the reason to rebuild when a feed cannot serve."""
+    refresh: RefreshContext,
+) -> tuple[Commit, dict[str, Any]] | str:
+    """The incremental path: (its commit, rows), or the reason to rebuild when a feed cannot serve."""
+    request = refresh.request("incremental", plan.reason)
     left, right = sides["left"].handle, sides["right"].handle
     left_df, right_df = sides["left"].rows, sides["right"].rows
     left_from, right_from = plan.from_versions["left"], plan.from_versions["right"]
@@ -309,16 +318,31 @@ def _incremental(
             changes.release()
         return str(unavailable)
     phase("changes_read")
+    direct = refresh.direct_write_possible(*[side.changelog is None for side in sides.values()])
     cached: list[DataFrame] = []
+    net: NetChanges | None = None
     try:
-        source, recomputed = _affected_source(
+        affected = _affected(
             spec, shape, left, right, to_versions, left_df, right_df, left_changes, right_changes, cached
         )
-        phase("merge_started")
-        commit = merge_output(output, source, shape.left_key, shape.value_columns, request)
+        commit: Commit | None = None
+        if direct:
+            old = _previous_output(
+                spec, shape, sides, affected, left_changes, right_changes, (left_from, right_from), cached
+            )
+            net = net_changes(old, affected.joined, shape.left_key, shape.value_columns)
+            phase("merge_started")
+            commit = refresh.commit_net_changes(net, shape.left_key, request)
+        if commit is None:
+            phase("merge_started")
+            commit = merge_output(
+                output, _merge_source(affected), shape.left_key, shape.value_columns, request
+            )
     except RebuildRequired as drifted:
         return str(drifted)
     finally:
+        if net is not None:
+            net.release()
         for frame in cached:
             frame.unpersist()
         left_changes.release()
@@ -331,9 +355,9 @@ def _incremental(
         null_right=right_changes.null_keys,
         changes_left=left_changes.change_rows,
         changes_right=right_changes.change_rows,
-        recomputed=recomputed,
+        recomputed=affected.count,
     )
-    return commit.version, rows
+    return commit, rows
 
 
 def _read_changes(side: JoinInput, key: list[str], after: int, opened: list[ChangedKeys]) -> ChangedKeys:
@@ -357,7 +381,23 @@ def _read_changes(side: JoinInput, key: list[str], after: int, opened: list[Chan
     return found
 
 
-def _affected_source(
+@dataclass(frozen=True)
+class Affected:
+    """The affected left keys of an incremental refresh and their new output rows.
+
+    ``left_rows``: the current left rows to re-join (with FK columns); ``right_rows``: the current right
+    rows they (and the previous left rows) reference; ``joined``: their new output rows; ``keys``: every
+    affected key, including changed left keys that no longer exist.
+    """
+
+    left_rows: DataFrame
+    right_rows: DataFrame
+    joined: DataFrame
+    keys: DataFrame
+    count: int
+
+
+def _affected(
     spec: ForeignKeyJoinSpec,
     shape: FkJoinShape,
     left: DeltaHandle,
@@ -368,13 +408,16 @@ def _affected_source(
     left_changes: ChangedKeys,
     right_changes: ChangedKeys,
     cached: list[DataFrame],
-) -> tuple[DataFrame, int]:
-    """The MERGE source for the affected left keys: new joined values and retractions."""
-    output_schema_probe = _join(_with_fk(left_df.limit(0), shape), right_df.limit(0), shape, spec.how)
-    if left_changes.count == 0 and right_changes.count == 0:
-        return output_schema_probe.withColumn(PRESENT, F.lit(True)), 0
-
+) -> Affected:
+    """The affected left keys (changed, or pointing at a changed right key) and their new output rows."""
     left_key_cols = list(shape.left_key)
+    if left_changes.count == 0 and right_changes.count == 0:
+        none = _with_fk(left_df.limit(0), shape)
+        right_none = right_df.limit(0)
+        return Affected(
+            none, right_none, _join(none, right_none, shape, spec.how), none.select(*left_key_cols), 0
+        )
+
     flags = []
     if left_changes.count:
         flags.append(
@@ -419,15 +462,68 @@ def _affected_source(
     check_keys(right_rows, shape.right_key, right, to_versions["right"], count_nulls=False)
 
     joined = _join(affected, right_rows, shape, spec.how)
-    recon_keys = affected.select(*left_key_cols)
+    keys = affected.select(*left_key_cols)
     if left_changes.count:
-        recon_keys = recon_keys.unionByName(left_changes.keys.select(*left_key_cols)).distinct()
-    retractions = recon_keys.join(joined.select(*left_key_cols), on=left_key_cols, how="left_anti")
+        keys = keys.unionByName(left_changes.keys.select(*left_key_cols)).distinct()
+    return Affected(affected, right_rows, joined, keys, affected_count)
+
+
+def _merge_source(affected: Affected) -> DataFrame:
+    """The MERGE source: the new joined values, and a retraction for each affected key without one."""
+    key = affected.keys.columns
+    retractions = affected.keys.join(
+        affected.joined.select(*[quote(c) for c in key]), on=key, how="left_anti"
+    )
     source = (
-        joined.withColumn(PRESENT, F.lit(True))
+        affected.joined.withColumn(PRESENT, F.lit(True))
         .unionByName(retractions.withColumn(PRESENT, F.lit(False)), allowMissingColumns=True)
         .persist()
     )
-    cached.append(source)
     # Materialised and counted, the source is broadcast into the MERGE: the output is scanned, not shuffled.
-    return maybe_broadcast(source, source.count()), affected_count
+    return maybe_broadcast(source, source.count())
+
+
+def _previous_output(
+    spec: ForeignKeyJoinSpec,
+    shape: FkJoinShape,
+    sides: dict[str, JoinInput],
+    affected: Affected,
+    left_changes: ChangedKeys,
+    right_changes: ChangedKeys,
+    from_versions: tuple[int, int],
+    cached: list[DataFrame],
+) -> DataFrame:
+    """The affected keys' output rows as the last refresh wrote them, from the inputs alone.
+
+    The output held the join at the versions the last refresh consumed, so a key's previous row is
+    the join of its previous left row (its first pre-image in the left feed, or the current row when
+    only its right side changed) with that row's previous right row (the first pre-image in the right
+    feed, or the current row when the right key did not change).
+    """
+    left, right = sides["left"], sides["right"]
+    left_from, right_from = from_versions
+    left_columns, right_columns = left.rows.columns, right.rows.columns
+    unchanged_left = affected.left_rows
+    old_left = unchanged_left
+    if left_changes.count:
+        unchanged_left = unchanged_left.join(left_changes.keys, on=shape.left_key, how="left_anti")
+        before = first_images(left.handle, shape.left_key, left_columns, left_from, left.version)
+        old_left = unchanged_left.unionByName(_with_fk(before, shape))
+    old_left = old_left.persist()
+    cached.append(old_left)
+
+    right_key = list(shape.right_key)
+    fks = old_left.select(
+        *[F.col(fk).alias(rk) for fk, rk in zip(shape.fk_columns, right_key, strict=True)]
+    ).where(~key_is_null(right_key))
+    current_right = right.rows.where(~key_is_null(right_key))
+    if right_changes.count:
+        fks = fks.join(right_changes.keys, on=right_key, how="left_anti")
+        current_right = current_right.join(right_changes.keys, on=right_key, how="left_anti")
+    old_right = current_right.join(fks.distinct(), on=right_key, how="left_semi")
+    if right_changes.count:
+        before = first_images(right.handle, right_key, right_columns, right_from, right.version)
+        old_right = old_right.unionByName(before)
+    old_right = old_right.persist()
+    cached.append(old_right)
+    return _join(old_left, old_right, shape, spec.how)

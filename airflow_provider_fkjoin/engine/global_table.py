@@ -31,8 +31,26 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from . import changelog as cl
-from .changes import FeedUnavailable, changed_keys, check_keys, feed_errors, maybe_broadcast, read_feed
-from .merge import PRESENT, Commit, CommitRequest, RunOptions, begin_refresh, merge_output, write_full_output
+from .change_writer import NetChanges, net_changes
+from .changes import (
+    FeedUnavailable,
+    changed_keys,
+    check_keys,
+    feed_errors,
+    first_images,
+    maybe_broadcast,
+    read_feed,
+)
+from .merge import (
+    PRESENT,
+    Commit,
+    CommitRequest,
+    RefreshContext,
+    RunOptions,
+    begin_refresh,
+    merge_output,
+    write_full_output,
+)
 from .planning import InputState, RebuildRequired, RefreshPlan, schema_columns
 from .spec import GlobalTableBootstrapSpec, SourceRef, quote
 from .tables import DeltaHandle, input_frame, key_is_null, require_columns, table_size_bytes
@@ -111,7 +129,9 @@ def run_global_table_bootstrap(
     refresh, plan = begin_refresh(spec, output, current, options, started, warnings)
     previous = refresh.previous
 
-    def result(plan: RefreshPlan, output_version: int | None, rows: dict[str, Any]) -> dict[str, Any]:
+    def result(
+        plan: RefreshPlan, output_version: int | None, rows: dict[str, Any], write_path: str | None = None
+    ) -> dict[str, Any]:
         latest = source.state().version
         if output_version is not None:
             size = table_size_bytes(output, output_version)
@@ -128,6 +148,7 @@ def run_global_table_bootstrap(
             high_watermark=high_watermark,
             checkpoint=high_watermark,
             caught_up=high_watermark >= latest,
+            write_path=write_path,
         )
 
     if plan.mode == "noop":
@@ -142,7 +163,7 @@ def run_global_table_bootstrap(
         try:
             if shape.changelog is None:
                 commit, rows = _incremental_table(
-                    shape, source, output, after, high_watermark, source_df, request
+                    shape, source, output, after, high_watermark, source_df, refresh, request
                 )
             else:
                 commit, rows = _incremental_changelog(
@@ -152,13 +173,13 @@ def run_global_table_bootstrap(
             plan = RefreshPlan("full", str(unavailable), dict.fromkeys(current))
         else:
             phase("committed")
-            return result(plan, commit.version, rows)
+            return result(plan, commit.version, rows, commit.write_path)
 
     commit, rows = _full(
         shape, source, output, high_watermark, source_df, refresh.request("full", plan.reason)
     )
     phase("committed")
-    return result(plan, commit.version, rows)
+    return result(plan, commit.version, rows, commit.write_path)
 
 
 def _full(
@@ -191,28 +212,40 @@ def _incremental_table(
     after: int,
     to: int,
     source_df: DataFrame,
+    refresh: RefreshContext,
     request: CommitRequest,
 ) -> tuple[Commit, dict[str, Any]]:
-    """A keyed source: re-read the keys its change feed touched from the pinned snapshot and merge them."""
+    """A keyed source: re-read the keys its change feed touched from the pinned snapshot and write
+    their net changes; each key's previous value is its first pre-image in the feed."""
     changes = changed_keys(source, shape.key, after, to)
     phase("changes_read")
     cached: list[DataFrame] = []
+    net: NetChanges | None = None
     try:
         keys = maybe_broadcast(changes.keys, changes.count)
         rows = source_df.where(~key_is_null(shape.key)).join(keys, on=shape.key, how="left_semi").persist()
         cached.append(rows)
         check_keys(rows, shape.key, source, to, count_nulls=False)
-        retractions = changes.keys.join(
-            rows.select(*[quote(c) for c in shape.key]), on=shape.key, how="left_anti"
-        )
-        merge_source = rows.withColumn(PRESENT, F.lit(True)).unionByName(
-            retractions.withColumn(PRESENT, F.lit(False)), allowMissingColumns=True
-        )
-        phase("merge_started")
-        commit = merge_output(
-            output, maybe_broadcast(merge_source, changes.count), shape.key, shape.value_columns, request
-        )
+        commit: Commit | None = None
+        if refresh.direct_write_possible():
+            old = first_images(source, shape.key, rows.columns, after, to)
+            net = net_changes(old, rows, shape.key, shape.value_columns)
+            phase("merge_started")
+            commit = refresh.commit_net_changes(net, shape.key, request)
+        if commit is None:
+            retractions = changes.keys.join(
+                rows.select(*[quote(c) for c in shape.key]), on=shape.key, how="left_anti"
+            )
+            merge_source = rows.withColumn(PRESENT, F.lit(True)).unionByName(
+                retractions.withColumn(PRESENT, F.lit(False)), allowMissingColumns=True
+            )
+            phase("merge_started")
+            commit = merge_output(
+                output, maybe_broadcast(merge_source, changes.count), shape.key, shape.value_columns, request
+            )
     finally:
+        if net is not None:
+            net.release()
         for frame in cached:
             frame.unpersist()
         changes.release()

@@ -18,6 +18,7 @@ The test suite calls every function here, so an upgrade that breaks one fails th
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
@@ -116,3 +117,102 @@ def path_has_files(spark: SparkSession, path: str) -> bool:
     if not fs.getFileStatus(hadoop_path).isDirectory():
         return True
     return len(fs.listStatus(hadoop_path)) > 0
+
+
+class OutputTransaction:
+    """A Delta ``OptimisticTransaction`` on one output, for a commit built without MERGE (py4j).
+
+    Opening it pins the output's snapshot and records a read of the whole table, so any concurrent
+    commit that adds or removes files makes :meth:`commit` fail with Delta's conflict exception
+    instead of being silently overwritten. The files are listed once, with their row counts.
+
+    >>> transaction = OutputTransaction(spark, "/w/orders_enriched")
+    >>> transaction.version
+    7
+    """
+
+    def __init__(self, spark: SparkSession, path: str) -> None:
+        check_versions(spark)
+        self.spark = spark
+        jvm = spark._jvm  # type: ignore[attr-defined]
+        self._jvm = jvm
+        self._delta = jvm.org.apache.spark.sql.delta
+        self._log = self._delta.DeltaLog.forTable(spark._jsparkSession, path)  # type: ignore[attr-defined]
+        self._txn = self._log.startTransaction()
+        no_filters = jvm.org.apache.spark.api.python.PythonUtils.toSeq(jvm.java.util.ArrayList())
+        self._files = self._txn.filterFiles(no_filters, True)
+
+    @property
+    def version(self) -> int:
+        """The snapshot version the transaction read (its commit becomes ``version + 1``)."""
+        return int(self._txn.snapshot().version())
+
+    def live_rows(self) -> DataFrame:
+        """The table at the snapshot (deletion vectors applied), with each row's file and row index
+        as ``_fkjoin_file`` and ``_fkjoin_row``: where a deletion vector must point to delete it."""
+        frame = self._log.createDataFrame(
+            self._txn.snapshot(), self._files, False, self._jvm.scala.Option.apply(None)
+        )
+        rows = DataFrame(frame, self.spark)
+        return rows.selectExpr(
+            "*", "_metadata.file_path AS _fkjoin_file", "_metadata.row_index AS _fkjoin_row"
+        )
+
+    def deletion_vectors(self, located: DataFrame) -> Any:
+        """File actions that delete the rows at ``located``'s (``_fkjoin_file``, ``_fkjoin_row``):
+        each touched file's new deletion vector (merged with its existing one, written as a DV file)
+        as a remove of the old entry and an add of the same file with the new vector."""
+        delta, session = self._delta, self.spark._jsparkSession  # type: ignore[attr-defined]
+        functions = self._jvm.org.apache.spark.sql.functions
+        generator = getattr(getattr(delta.commands, "DeletionVectorBitmapGenerator$"), "MODULE$")
+        helper = getattr(getattr(delta.commands, "DMLWithDeletionVectorsHelper$"), "MODULE$")
+        always = session.sessionState().sqlParser().parseExpression("true")
+        bitmaps = generator.buildRowIndexSetsForFilesMatchingCondition(
+            session,
+            self._txn,
+            True,
+            located._jdf,
+            self._files,
+            always,
+            self._jvm.scala.Option.apply(functions.col("_fkjoin_file")),
+            self._jvm.scala.Option.apply(functions.col("_fkjoin_row")),
+        )
+        touched = helper.findFilesWithMatchingRows(
+            self._txn, helper.generateCandidateFileMap(self._log.dataPath(), self._files), bitmaps
+        )
+        prefix = delta.stats.StatsCollectionUtils.getDataSkippingStringPrefixLength(
+            session, self._txn.metadata()
+        )
+        return helper.processUnmodifiedData(session, touched, self._txn.snapshot(), prefix)._1()
+
+    def write_files(self, rows: DataFrame) -> Any:
+        """Write ``rows`` as new data files, and those with a ``_change_type`` as change-data files."""
+        return self._txn.writeFiles(rows._jdf)
+
+    def commit(self, action_groups: list[Any], app_id: str, seq: int) -> int:
+        """Commit the actions with the refresh's ``SetTransaction`` as one ``UPDATE`` commit; returns its
+        version. The commit's user metadata comes from the session (:func:`.commit_log.commit_settings`).
+        """
+        jvm = self._jvm
+        actions = jvm.java.util.ArrayList()
+        for group in action_groups:
+            actions.addAll(jvm.scala.jdk.javaapi.CollectionConverters.asJava(group))
+        now = jvm.scala.Option.apply(jvm.java.lang.Long.valueOf(int(time.time() * 1000)))
+        actions.add(self._delta.actions.SetTransaction(app_id, seq, now))
+        operation = getattr(self._delta, "DeltaOperations$Update")(jvm.scala.Option.apply(None))
+        seq_actions = jvm.org.apache.spark.api.python.PythonUtils.toSeq(actions)
+        return int(self._txn.commit(seq_actions, operation))
+
+
+def is_concurrent_modification(error: BaseException) -> bool:
+    """Whether a py4j error is Delta's conflict between concurrent commits (a subclass of Java's
+    ``ConcurrentModificationException``, like every Delta conflict exception)."""
+    java = getattr(error, "java_exception", None)
+    if java is None:
+        return False
+    cls = java.getClass()
+    while cls is not None:
+        if cls.getName() == "java.util.ConcurrentModificationException":
+            return True
+        cls = cls.getSuperclass()
+    return False

@@ -20,6 +20,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from .change_writer import MergeRequired, NetChanges, commit_net_changes
 from .commit_log import (
     InputProgress,
     OutputLog,
@@ -54,6 +55,8 @@ class Commit:
     inserted: int
     updated: int
     deleted: int
+    #: How it was written: ``create``, ``overwrite``, ``append``, ``merge`` or ``net_changes``.
+    write_path: str = "merge"
 
 
 @dataclass(frozen=True)
@@ -76,6 +79,12 @@ class RunOptions:
 
     ownership: Ownership
     full_refresh: bool = False
+    write_path: str = "auto"
+
+
+#: ``RunOptions.write_path`` values: ``auto`` commits net changes without MERGE where it can prove them
+#: right (:mod:`.change_writer`), ``merge`` always uses Delta's MERGE.
+WRITE_PATHS = ("auto", "merge")
 
 
 @dataclass
@@ -99,6 +108,7 @@ class RefreshContext:
     started: float
     warnings: list[str]
     ownership: Ownership
+    write_path: str = "auto"
 
     @property
     def previous(self) -> Progress | None:
@@ -119,6 +129,39 @@ class RefreshContext:
         return CommitRequest(
             metadata, token, self.log.app_id, seq, self.ownership.owner, self.ownership.claim
         )
+
+    def direct_write_possible(self, *conditions: bool) -> bool:
+        """Whether this refresh may commit its net changes without MERGE: the kind's ``conditions``
+        hold, MERGE was not asked for, the output has a known latest version, the owner need not be
+        claimed first, and the session is classic Spark (the commit is built through py4j)."""
+        return (
+            all(conditions)
+            and self.write_path != "merge"
+            and self.log.latest_version is not None
+            and not self.ownership.claim
+            and getattr(self.output.spark, "_jvm", None) is not None
+        )
+
+    def commit_net_changes(
+        self, changes: NetChanges, key: list[str], request: CommitRequest
+    ) -> Commit | None:
+        """Commit ``changes`` without MERGE (:func:`.change_writer.commit_net_changes`); None, with a
+        warning, when that path cannot prove itself right and the kind must MERGE instead."""
+        assert self.log.latest_version is not None
+        try:
+            version = commit_net_changes(
+                self.output,
+                changes,
+                key,
+                user_metadata=request.user_metadata,
+                app_id=request.app_id,
+                seq=request.seq,
+                expected_version=self.log.latest_version,
+            )
+        except MergeRequired as reason:
+            self.warnings.append(f"the refresh was written by MERGE: {reason}")
+            return None
+        return Commit(version, changes.inserted, changes.updated, changes.deleted, "net_changes")
 
     def result(
         self,
@@ -200,6 +243,7 @@ def begin_refresh(
         started,
         warnings,
         options.ownership,
+        options.write_path,
     )
     return refresh, plan
 
@@ -212,7 +256,7 @@ def _concurrent(output: DeltaHandle, cause: Exception | None = None) -> Concurre
     )
 
 
-def _find_commit(output: DeltaHandle, request: CommitRequest) -> Commit:
+def _find_commit(output: DeltaHandle, request: CommitRequest, write_path: str) -> Commit:
     """Our commit in the output's recent history, found by token; its absence means Delta skipped it."""
     for row in output.history(20):
         if row["userMetadata"] and request.token in row["userMetadata"]:
@@ -222,6 +266,7 @@ def _find_commit(output: DeltaHandle, request: CommitRequest) -> Commit:
                 inserted=int(metrics.get("numTargetRowsInserted", metrics.get("numOutputRows", 0))),
                 updated=int(metrics.get("numTargetRowsUpdated", 0)),
                 deleted=int(metrics.get("numTargetRowsDeleted", 0)),
+                write_path=write_path,
             )
     raise _concurrent(output)
 
@@ -252,7 +297,7 @@ def _write_rows(output: DeltaHandle, rows: DataFrame, request: CommitRequest, mo
             writer.saveAsTable(output.ref.name)
     except DeltaConcurrentModificationException as exc:
         raise _concurrent(output, exc) from None
-    return _find_commit(output, request)
+    return _find_commit(output, request, mode)
 
 
 def _create_table(output: DeltaHandle, rows: DataFrame, request: CommitRequest) -> Commit:
@@ -272,7 +317,7 @@ def _create_table(output: DeltaHandle, rows: DataFrame, request: CommitRequest) 
         raise
     except DeltaConcurrentModificationException as exc:
         raise _concurrent(output, exc) from None
-    return _find_commit(output, request)
+    return _find_commit(output, request, "create")
 
 
 def _claim_owner(output: DeltaHandle, request: CommitRequest) -> None:
@@ -357,7 +402,7 @@ def merge_output(
             builder.execute()
     except DeltaConcurrentModificationException as exc:
         raise _concurrent(output, exc) from None
-    return _find_commit(output, request)
+    return _find_commit(output, request, "merge")
 
 
 def write_full_output(

@@ -9,10 +9,11 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from .commit_log import read_progress
+from .errors import SpecError
 from .expressions import row_errors
 from .fk_join import run_foreign_key_join
 from .global_table import run_global_table_bootstrap
-from .merge import RunOptions
+from .merge import WRITE_PATHS, RunOptions
 from .ownership import check_ownership
 from .session import get_spark
 from .spec import AnySpec, load_spec, spec_expressions, spec_fingerprint
@@ -31,21 +32,27 @@ def run_spec(
     spark: SparkSession | None = None,
     *,
     full_refresh: bool = False,
+    write_path: str = "auto",
 ) -> dict[str, Any]:
     """Refresh a spec's output once and return the JSON-serialisable result dict (see DESIGN.md).
 
     The output's ownership is checked first (:mod:`.ownership`): nothing is read or written for a spec
     that must not write its output. ``full_refresh`` rebuilds the output from the inputs whatever its
-    progress says (``reason``: "full refresh requested").
+    progress says (``reason``: "full refresh requested"). ``write_path="merge"`` writes every refresh
+    with Delta's MERGE instead of committing net changes directly (for comparison or as an escape hatch).
 
     >>> run_spec("specs/orders_enriched.yaml")["mode"]
     'incremental'
     >>> run_spec("specs/orders_enriched.yaml", full_refresh=True)["mode"]
     'full'
     """
+    if write_path not in WRITE_PATHS:
+        raise SpecError(f"write_path must be one of {', '.join(WRITE_PATHS)}, not {write_path!r}")
     loaded = load_spec(spec)
     session = spark or get_spark()
-    options = RunOptions(ownership=check_ownership(session, loaded), full_refresh=full_refresh)
+    options = RunOptions(
+        ownership=check_ownership(session, loaded), full_refresh=full_refresh, write_path=write_path
+    )
     with row_errors(spec_expressions(loaded)):
         return _RUNNERS[loaded.kind](loaded, session, options)
 

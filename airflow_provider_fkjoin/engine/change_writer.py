@@ -1,0 +1,218 @@
+"""Applying a refresh's net changes to a keyed output without MERGE: the output's values are never read.
+
+Delta's MERGE reads every column of every file that holds a changed key, to build the change feed's
+pre-images and to skip unchanged rows; with changes spread over the key range that is the whole
+output. But the engine knows each affected output row's previous value without reading it: the
+output equals the join at the versions the last refresh consumed (the exactly-once invariant), so
+the previous value is the same join over the inputs' pre-images (:func:`.changes.first_images`).
+A kind computes the previous and the new values of its affected keys, and this module:
+
+1. classifies each key (:func:`net_changes`): ``insert``, ``update`` (pre- and post-image differ),
+   ``delete``, or nothing when the value is unchanged;
+2. reads only the output's key columns, with each row's file and row index, and checks the proof
+   that the invariant holds for these keys: every updated or deleted key is in the output exactly
+   once, and no inserted key is in it;
+3. writes, in one Delta ``UPDATE`` commit that also carries the refresh's progress and transaction
+   id: deletion vectors for the replaced rows, the new rows, and the change-data rows.
+
+When the proof fails, or the output moved since the refresh read its log, :class:`MergeRequired`
+sends the kind back to MERGE, which does not rely on the invariant.
+
+    >>> changes = net_changes(old_rows, new_rows, ["order_id"], ["status", "city"])
+    >>> commit_net_changes(output, changes, ["order_id"], request, expected_version=7).updated
+    12
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from . import internals
+from .commit_log import metadata_settings
+from .errors import ConcurrentRefreshError
+from .planning import RebuildRequired
+from .spec import quote
+from .tables import DeltaHandle, values_equal
+
+CHANGE = "_fkjoin_change"
+PRE_IMAGE = "_fkjoin_pre_"
+_OLD, _NEW = "_fkjoin_had", "_fkjoin_has"
+
+
+class MergeRequired(Exception):
+    """The net-change commit cannot prove it is right for this refresh; the message says why."""
+
+
+@dataclass
+class NetChanges:
+    """The affected keys' net changes (cached): key, post-image values, ``_fkjoin_pre_<column>``
+    pre-image values and ``_fkjoin_change``, with the count of each kind of change."""
+
+    frame: DataFrame
+    inserted: int
+    updated: int
+    deleted: int
+
+    @property
+    def total(self) -> int:
+        return self.inserted + self.updated + self.deleted
+
+    def release(self) -> None:
+        self.frame.unpersist()
+
+
+def net_changes(old: DataFrame, new: DataFrame, key: list[str], value_columns: list[str]) -> NetChanges:
+    """Classify each key of ``old`` (previous output rows) and ``new`` (its rows after this refresh).
+
+    Both hold the key and value columns; a key missing from ``old`` is an insert, missing from ``new``
+    a delete, and in both an update only when a value differs (``values_equal``, so maps and variants
+    compare by value). One job materialises the changes and counts them.
+    """
+    types = {f.name: f.dataType for f in new.schema.fields}
+    o = old.select(*[quote(c) for c in key + value_columns]).withColumn(_OLD, F.lit(True)).alias("o")
+    n = new.select(*[quote(c) for c in key + value_columns]).withColumn(_NEW, F.lit(True)).alias("n")
+    on = None
+    for column in key:
+        term = F.col(f"o.{quote(column)}") == F.col(f"n.{quote(column)}")
+        on = term if on is None else on & term
+    joined = o.join(n, on, "full_outer")
+    same = F.expr(values_equal("o", "n", [(c, types[c]) for c in value_columns]))
+    had, has = F.col(f"o.{_OLD}").isNotNull(), F.col(f"n.{_NEW}").isNotNull()
+    change = F.when(had & has & ~same, "update").when(had & ~has, "delete").when(~had & has, "insert")
+    frame = (
+        joined.select(
+            *[F.coalesce(F.col(f"n.{quote(c)}"), F.col(f"o.{quote(c)}")).alias(c) for c in key],
+            *[F.col(f"n.{quote(c)}").alias(c) for c in value_columns],
+            *[F.col(f"o.{quote(c)}").alias(PRE_IMAGE + c) for c in value_columns],
+            change.alias(CHANGE),
+        )
+        .where(F.col(CHANGE).isNotNull())
+        .persist(StorageLevel.MEMORY_AND_DISK)
+    )
+    counts = {row[CHANGE]: int(row["count"]) for row in frame.groupBy(CHANGE).count().collect()}
+    return NetChanges(frame, counts.get("insert", 0), counts.get("update", 0), counts.get("delete", 0))
+
+
+def output_path(output: DeltaHandle) -> str:
+    """The output's storage location (a catalog table's resolved one)."""
+    if output.ref.path is not None:
+        return output.ref.path
+    return str(output.delta_table.detail().select("location").first()[0])
+
+
+def commit_net_changes(
+    output: DeltaHandle,
+    changes: NetChanges,
+    key: list[str],
+    *,
+    user_metadata: str,
+    app_id: str,
+    seq: int,
+    expected_version: int,
+) -> int:
+    """Apply ``changes`` to the output in one commit (see the module docstring); returns its version.
+
+    Raises :class:`MergeRequired` when the output is not at ``expected_version`` (the version the
+    refresh planned against) or does not hold the keys the changes assume; nothing is written then.
+    """
+    transaction = internals.OutputTransaction(output.spark, output_path(output))
+    if transaction.version != expected_version:
+        raise MergeRequired(
+            f"the output is at version {transaction.version}, not {expected_version} as when the "
+            "refresh began"
+        )
+    live = transaction.live_rows()
+    table_columns = [c for c in live.columns if c not in ("_fkjoin_file", "_fkjoin_row")]
+    _require_columns(output, live, changes.frame, table_columns)
+    action_groups = []
+    located: DataFrame | None = None
+    try:
+        if changes.total:
+            wanted = changes.frame.select(*[quote(c) for c in key], CHANGE)
+            located = (
+                live.select(*[quote(c) for c in key], "_fkjoin_file", "_fkjoin_row")
+                .join(F.broadcast(wanted), on=key, how="inner")
+                .persist(StorageLevel.MEMORY_AND_DISK)
+            )
+            _prove(located, wanted, key)
+            if changes.updated or changes.deleted:
+                action_groups.append(transaction.deletion_vectors(located.where(F.col(CHANGE) != "insert")))
+            action_groups.append(transaction.write_files(_rows_to_write(changes.frame, table_columns)))
+        with metadata_settings(output.spark, user_metadata):
+            return transaction.commit(action_groups, app_id, seq)
+    except Exception as error:
+        if internals.is_concurrent_modification(error):
+            raise ConcurrentRefreshError(
+                f"output {output.location}: another refresh committed first; nothing of this refresh was "
+                "written. Retry: the retry continues from the versions the other refresh consumed."
+            ) from None
+        raise
+    finally:
+        if located is not None:
+            located.unpersist()
+
+
+def _require_columns(
+    output: DeltaHandle, live: DataFrame, frame: DataFrame, table_columns: list[str]
+) -> None:
+    """The output must have exactly the join's columns and types (else the refresh rebuilds it)."""
+    have = {f.name: f.dataType.simpleString() for f in live.schema.fields if f.name in table_columns}
+    want = {
+        f.name: f.dataType.simpleString()
+        for f in frame.schema.fields
+        if f.name != CHANGE and not f.name.startswith(PRE_IMAGE)
+    }
+    if have != want:
+        raise RebuildRequired(
+            f"the output {output.location}'s columns {have} differ from the join's columns {want}"
+        )
+
+
+def _prove(located: DataFrame, wanted: DataFrame, key: list[str]) -> None:
+    """Every updated or deleted key is in the output once; no inserted key is in it (one job)."""
+    found = located.groupBy(*[quote(c) for c in key]).agg(F.count(F.lit(1)).alias("_fkjoin_n"))
+    checked = wanted.join(found, on=key, how="left").select(
+        F.sum(
+            F.when(
+                (F.col(CHANGE) == "insert") & F.col("_fkjoin_n").isNotNull()
+                | (F.col(CHANGE) != "insert") & (F.coalesce(F.col("_fkjoin_n"), F.lit(0)) != 1),
+                1,
+            ).otherwise(0)
+        ).alias("bad")
+    )
+    bad = checked.first()["bad"] or 0
+    if bad:
+        raise MergeRequired(
+            f"{bad} changed key(s) are not in the output as the inputs' previous versions say; "
+            "the output holds something other than the last refresh's join"
+        )
+
+
+def _rows_to_write(frame: DataFrame, table_columns: list[str]) -> DataFrame:
+    """The new rows (``_change_type`` null: data files) and the change-data rows, in one frame."""
+    change = F.col(CHANGE)
+    post = [F.col(quote(c)) for c in table_columns]
+    pre = [
+        F.col(quote(PRE_IMAGE + c)).alias(c) if (PRE_IMAGE + c) in frame.columns else F.col(quote(c))
+        for c in table_columns
+    ]
+    new_rows = frame.where(change != "delete")
+    return (
+        new_rows.select(*post, F.lit(None).cast("string").alias("_change_type"))
+        .unionByName(
+            new_rows.select(
+                *post,
+                F.when(change == "update", "update_postimage").otherwise("insert").alias("_change_type"),
+            )
+        )
+        .unionByName(
+            frame.where(change != "insert").select(
+                *pre, F.when(change == "update", "update_preimage").otherwise("delete").alias("_change_type")
+            )
+        )
+        .coalesce(1)
+    )
