@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame
@@ -88,31 +89,56 @@ class ChangedKeys:
     change_rows: int
     null_keys: int
     cached: DataFrame
+    #: With ``image_columns``: each changed key's row as it stood before the range (see
+    #: :func:`changed_keys`); keys that did not exist then are absent.
+    before: DataFrame | None = None
 
     def release(self) -> None:
         self.cached.unpersist()
 
 
-def changed_keys(table: DeltaHandle, key: list[str], after_version: int, to_version: int) -> ChangedKeys:
+#: The change types whose row is a key's value before the commit that made them.
+PRE_IMAGE_TYPES = ("update_preimage", "delete")
+
+
+def changed_keys(
+    table: DeltaHandle,
+    key: list[str],
+    after_version: int,
+    to_version: int,
+    image_columns: list[str] | None = None,
+) -> ChangedKeys:
     """Read the change feed once and keep only the keys (cached): a job proportional to the change.
 
-    Raises :class:`FeedUnavailable` when the feed cannot serve the range.
+    With ``image_columns``, the same pass also keeps each key's row as it stood at ``after_version``
+    (``before``): the pre-image in the first commit of the range that touched the key; a key whose
+    first change inserted it did not exist then. A refresh uses these to know the output's previous
+    rows without reading them. Raises :class:`FeedUnavailable` when the feed cannot serve the range.
+
+    >>> changed_keys(orders, ["order_id"], 4, 6, orders_columns).before.collect()  # order 7 updated at v5
+    [Row(order_id=7, customer_id=3, status='placed')]
     """
     with feed_errors(table, after_version, to_version):
-        return _changed_keys(table, key, after_version, to_version)
+        return _changed_keys(table, key, after_version, to_version, image_columns)
 
 
-def _changed_keys(table: DeltaHandle, key: list[str], after_version: int, to_version: int) -> ChangedKeys:
+def _changed_keys(
+    table: DeltaHandle, key: list[str], after_version: int, to_version: int, image_columns: list[str] | None
+) -> ChangedKeys:
     feed = table.changes(after_version, to_version)
     live = F.col("_change_type").isin(*LIVE_CHANGE_TYPES).cast("long")
-    grouped = (
-        feed.select(
-            *[F.col(quote(c)) for c in key],
-            live.alias("_fkjoin_live"),
-            key_is_null(key).alias("_fkjoin_null"),
+    aggregates = [F.count(F.lit(1)).alias("_fkjoin_rows"), F.sum("_fkjoin_live").alias("_fkjoin_live")]
+    if image_columns is not None:
+        before = F.when(F.col("_change_type").isin(*PRE_IMAGE_TYPES), 0).otherwise(1)
+        packed = F.struct(
+            *[F.col(quote(c)) for c in image_columns], F.col("_change_type").alias("_fkjoin_type")
         )
+        aggregates.append(F.min_by(packed, F.struct(F.col("_commit_version"), before)).alias("_fkjoin_first"))
+    grouped = (
+        feed.withColumn("_fkjoin_live", live)
+        .withColumn("_fkjoin_null", key_is_null(key))
         .groupBy(*[quote(c) for c in key], "_fkjoin_null")
-        .agg(F.count(F.lit(1)).alias("_fkjoin_rows"), F.sum("_fkjoin_live").alias("_fkjoin_live"))
+        .agg(*aggregates)
         .persist(StorageLevel.MEMORY_AND_DISK)
     )
     stats = (
@@ -132,35 +158,12 @@ def _changed_keys(table: DeltaHandle, key: list[str], after_version: int, to_ver
         else:
             count += int(row["keys"])
     keys = grouped.where(~F.col("_fkjoin_null")).select(*[quote(c) for c in key])
-    return ChangedKeys(keys=keys, count=count, change_rows=change_rows, null_keys=null_keys, cached=grouped)
-
-
-#: The change types whose row is a key's value before the commit that made them.
-PRE_IMAGE_TYPES = ("update_preimage", "delete")
-
-
-def first_images(
-    table: DeltaHandle, key: list[str], columns: list[str], after_version: int, to_version: int
-) -> DataFrame:
-    """Each key the feed changed, as its row stood at ``after_version``: the pre-image in the first
-    commit of the range that touched the key. A key whose first change inserted it did not exist then
-    and is absent. A refresh uses these to know the output's previous rows without reading them.
-
-    >>> first_images(orders, ["order_id"], orders_columns, 4, 6).collect()  # order 7 updated at v5
-    [Row(order_id=7, customer_id=3, status='placed')]
-    """
-    with feed_errors(table, after_version, to_version):
-        feed = table.changes(after_version, to_version)
-        before = F.when(F.col("_change_type").isin(*PRE_IMAGE_TYPES), 0).otherwise(1)
-        packed = F.struct(*[F.col(quote(c)) for c in columns], F.col("_change_type").alias("_fkjoin_type"))
-        first = (
-            feed.where(~key_is_null(key))
-            .groupBy(*[quote(c) for c in key])
-            .agg(F.min_by(packed, F.struct(F.col("_commit_version"), before)).alias("_fkjoin_first"))
-        )
-        return first.where(F.col("_fkjoin_first._fkjoin_type").isin(*PRE_IMAGE_TYPES)).select(
-            *[F.col("_fkjoin_first").getField(c).alias(c) for c in columns]
-        )
+    images = None
+    if image_columns is not None:
+        first = F.col("_fkjoin_first")
+        images = grouped.where(~F.col("_fkjoin_null") & first.getField("_fkjoin_type").isin(*PRE_IMAGE_TYPES))
+        images = images.select(*[first.getField(c).alias(c) for c in image_columns])
+    return ChangedKeys(keys, count, change_rows, null_keys, grouped, images)
 
 
 def maybe_broadcast(frame: DataFrame, rows: int) -> DataFrame:
@@ -168,15 +171,22 @@ def maybe_broadcast(frame: DataFrame, rows: int) -> DataFrame:
     return F.broadcast(frame) if rows <= BROADCAST_LIMIT_ROWS else frame
 
 
+class KeyCounts(NamedTuple):
+    """What :func:`check_keys` counted: every row, and the rows with a null key (0 unless asked)."""
+
+    rows: int
+    null_keys: int
+
+
 def check_keys(
     frame: DataFrame, key: list[str], table: DeltaHandle, version: int, *, count_nulls: bool
-) -> int:
-    """Fail on duplicate keys (naming up to 10); return how many rows have a null key (if asked).
+) -> KeyCounts:
+    """Fail on duplicate keys (naming up to 10); count the rows and those with a null key (if asked).
 
-    One aggregation job when the keys are clean: every duplicate group and every null-key row is
-    counted, however many partially-null composite keys there are. Only when it finds duplicates does a
-    second job fetch ten of them for the message. Raises :class:`InputDataError` before anything is
-    written.
+    One aggregation job when the keys are clean: every row, every duplicate group and every null-key
+    row is counted, however many partially-null composite keys there are. Only when it finds
+    duplicates does a second job fetch ten of them for the message. Raises :class:`InputDataError`
+    before anything is written.
     """
     null, rows = F.col("_fkjoin_null"), F.col("_fkjoin_n")
     grouped = (
@@ -185,11 +195,11 @@ def check_keys(
         .agg(F.count(F.lit(1)).alias("_fkjoin_n"))
     )
     duplicate = ~null & (rows > 1)
-    summary = (
-        grouped.where(duplicate | null)
-        .agg(F.sum(F.when(null, rows)).alias("nulls"), F.count(F.when(duplicate, 1)).alias("duplicates"))
-        .first()
-    )
+    summary = grouped.agg(
+        F.sum(F.when(null, rows)).alias("nulls"),
+        F.count(F.when(duplicate, 1)).alias("duplicates"),
+        F.sum(rows).alias("rows"),
+    ).first()
     nulls = int(summary["nulls"] or 0) if count_nulls else 0
     found = int(summary["duplicates"] or 0)
     if found:
@@ -203,4 +213,4 @@ def check_keys(
             f"(key {key}; {found} keys repeat): {shown}{more}. A table must hold one row per key: "
             "deduplicate it (e.g. MERGE the latest row per key) and rerun; nothing was written."
         )
-    return nulls
+    return KeyCounts(int(summary["rows"] or 0), nulls)

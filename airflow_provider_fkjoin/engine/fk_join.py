@@ -30,7 +30,7 @@ from pyspark.sql.types import StructType
 
 from . import changelog as cl
 from .change_writer import NetChanges, net_changes
-from .changes import ChangedKeys, changed_keys, check_keys, feed_errors, first_images, maybe_broadcast
+from .changes import ChangedKeys, changed_keys, check_keys, feed_errors, maybe_broadcast
 from .errors import SpecError
 from .expressions import check_expressions, schema_probe
 from .merge import (
@@ -168,7 +168,7 @@ def read_input(ref: SourceRef, handle: DeltaHandle, state: TableState) -> JoinIn
 def _null_keys(side: JoinInput, key: list[str]) -> int:
     """Null-key rows (or events) dropped from a side in a full build; fails on duplicate keys or bad ops."""
     if side.changelog is None:
-        return check_keys(side.rows, key, side.handle, side.version, count_nulls=True)
+        return check_keys(side.rows, key, side.handle, side.version, count_nulls=True).null_keys
     return cl.check_events(side.raw, side.changelog, side.handle).null_keys
 
 
@@ -309,16 +309,16 @@ def _incremental(
     left_df, right_df = sides["left"].rows, sides["right"].rows
     left_from, right_from = plan.from_versions["left"], plan.from_versions["right"]
     assert left_from is not None and right_from is not None
+    direct = refresh.direct_write_possible(*[side.changelog is None for side in sides.values()])
     empty: list[ChangedKeys] = []
     try:
-        left_changes = _read_changes(sides["left"], shape.left_key, left_from, empty)
-        right_changes = _read_changes(sides["right"], shape.right_key, right_from, empty)
+        left_changes = _read_changes(sides["left"], shape.left_key, left_from, empty, images=direct)
+        right_changes = _read_changes(sides["right"], shape.right_key, right_from, empty, images=direct)
     except RebuildRequired as unavailable:
         for changes in empty:
             changes.release()
         return str(unavailable)
     phase("changes_read")
-    direct = refresh.direct_write_possible(*[side.changelog is None for side in sides.values()])
     cached: list[DataFrame] = []
     net: NetChanges | None = None
     try:
@@ -327,9 +327,7 @@ def _incremental(
         )
         commit: Commit | None = None
         if direct:
-            old = _previous_output(
-                spec, shape, sides, affected, left_changes, right_changes, (left_from, right_from), cached
-            )
+            old = _previous_output(spec, shape, affected, left_changes, right_changes)
             net = net_changes(old, affected.joined, shape.left_key, shape.value_columns)
             phase("merge_started")
             commit = refresh.commit_net_changes(net, shape.left_key, request)
@@ -360,19 +358,24 @@ def _incremental(
     return commit, rows
 
 
-def _read_changes(side: JoinInput, key: list[str], after: int, opened: list[ChangedKeys]) -> ChangedKeys:
+def _read_changes(
+    side: JoinInput, key: list[str], after: int, opened: list[ChangedKeys], *, images: bool
+) -> ChangedKeys:
     """The keys a side changed after version ``after``: rows of a table, or new events of a changelog.
+    With ``images``, also the changed rows as they stood at ``after`` (``ChangedKeys.before``).
 
     A changelog key with any new event is re-read from the log's latest state, so late events (which
     change nothing) and a rewritten log are handled by the same re-read. New events' ops are checked.
     """
     table, to = side.handle, side.version
     if after == to:
-        empty = table.read(to).select(*[quote(c) for c in key]).limit(0)
-        found = ChangedKeys(keys=empty, count=0, change_rows=0, null_keys=0, cached=empty)
+        nothing = table.read(to).limit(0)
+        empty = nothing.select(*[quote(c) for c in key])
+        before = side.rows.limit(0) if images else None
+        found = ChangedKeys(keys=empty, count=0, change_rows=0, null_keys=0, cached=empty, before=before)
         opened.append(found)
         return found
-    found = changed_keys(table, key, after, to)
+    found = changed_keys(table, key, after, to, side.rows.columns if images else None)
     opened.append(found)
     if side.changelog is not None:
         with feed_errors(table, after, to):
@@ -395,6 +398,7 @@ class Affected:
     joined: DataFrame
     keys: DataFrame
     count: int
+    previous_left: DataFrame | None = None
 
 
 def _affected(
@@ -414,9 +418,8 @@ def _affected(
     if left_changes.count == 0 and right_changes.count == 0:
         none = _with_fk(left_df.limit(0), shape)
         right_none = right_df.limit(0)
-        return Affected(
-            none, right_none, _join(none, right_none, shape, spec.how), none.select(*left_key_cols), 0
-        )
+        joined = _join(none, right_none, shape, spec.how)
+        return Affected(none, right_none, joined, none.select(*left_key_cols), 0, none)
 
     flags = []
     if left_changes.count:
@@ -439,13 +442,25 @@ def _affected(
         hit = hit | F.coalesce(F.col(flag), F.lit(False))
     affected = scan.where(hit).drop(*[flag for _, _, flag in flags]).persist()
     cached.append(affected)
-    check_keys(affected, shape.left_key, left, to_versions["left"], count_nulls=False)
-    affected_count = affected.count()
+    affected_count = check_keys(affected, shape.left_key, left, to_versions["left"], count_nulls=False).rows
 
-    # Right rows referenced by an affected left row, and every changed right key (for the duplicate check).
+    previous_left = None
+    if left_changes.before is not None:
+        previous_left = affected.join(left_changes.keys, on=shape.left_key, how="left_anti").unionByName(
+            _with_fk(left_changes.before, shape)
+        )
+    # Right rows referenced by an affected left row (now or, for a net-change commit, before), and every
+    # changed right key (for the duplicate check).
     needed = affected.select(
         *[F.col(fk).alias(rk) for fk, rk in zip(shape.fk_columns, shape.right_key, strict=True)]
-    ).where(~key_is_null(shape.right_key))
+    )
+    if previous_left is not None:
+        needed = needed.unionByName(
+            previous_left.select(
+                *[F.col(fk).alias(rk) for fk, rk in zip(shape.fk_columns, shape.right_key, strict=True)]
+            )
+        )
+    needed = needed.where(~key_is_null(shape.right_key))
     if right_changes.count:
         needed = needed.unionByName(right_changes.keys.select(*[quote(c) for c in shape.right_key]))
     needed = needed.distinct()
@@ -465,7 +480,7 @@ def _affected(
     keys = affected.select(*left_key_cols)
     if left_changes.count:
         keys = keys.unionByName(left_changes.keys.select(*left_key_cols)).distinct()
-    return Affected(affected, right_rows, joined, keys, affected_count)
+    return Affected(affected, right_rows, joined, keys, affected_count, previous_left)
 
 
 def _merge_source(affected: Affected) -> DataFrame:
@@ -486,44 +501,22 @@ def _merge_source(affected: Affected) -> DataFrame:
 def _previous_output(
     spec: ForeignKeyJoinSpec,
     shape: FkJoinShape,
-    sides: dict[str, JoinInput],
     affected: Affected,
     left_changes: ChangedKeys,
     right_changes: ChangedKeys,
-    from_versions: tuple[int, int],
-    cached: list[DataFrame],
 ) -> DataFrame:
     """The affected keys' output rows as the last refresh wrote them, from the inputs alone.
 
     The output held the join at the versions the last refresh consumed, so a key's previous row is
     the join of its previous left row (its first pre-image in the left feed, or the current row when
-    only its right side changed) with that row's previous right row (the first pre-image in the right
-    feed, or the current row when the right key did not change).
+    only its right side changed: ``Affected.previous_left``) with that row's previous right row (the
+    first pre-image in the right feed, or the current row when the right key did not change).
     """
-    left, right = sides["left"], sides["right"]
-    left_from, right_from = from_versions
-    left_columns, right_columns = left.rows.columns, right.rows.columns
-    unchanged_left = affected.left_rows
-    old_left = unchanged_left
-    if left_changes.count:
-        unchanged_left = unchanged_left.join(left_changes.keys, on=shape.left_key, how="left_anti")
-        before = first_images(left.handle, shape.left_key, left_columns, left_from, left.version)
-        old_left = unchanged_left.unionByName(_with_fk(before, shape))
-    old_left = old_left.persist()
-    cached.append(old_left)
-
+    assert affected.previous_left is not None and right_changes.before is not None
     right_key = list(shape.right_key)
-    fks = old_left.select(
-        *[F.col(fk).alias(rk) for fk, rk in zip(shape.fk_columns, right_key, strict=True)]
-    ).where(~key_is_null(right_key))
-    current_right = right.rows.where(~key_is_null(right_key))
+    previous_right = affected.right_rows
     if right_changes.count:
-        fks = fks.join(right_changes.keys, on=right_key, how="left_anti")
-        current_right = current_right.join(right_changes.keys, on=right_key, how="left_anti")
-    old_right = current_right.join(fks.distinct(), on=right_key, how="left_semi")
-    if right_changes.count:
-        before = first_images(right.handle, right_key, right_columns, right_from, right.version)
-        old_right = old_right.unionByName(before)
-    old_right = old_right.persist()
-    cached.append(old_right)
-    return _join(old_left, old_right, shape, spec.how)
+        previous_right = previous_right.join(right_changes.keys, on=right_key, how="left_anti").unionByName(
+            right_changes.before
+        )
+    return _join(affected.previous_left, previous_right, shape, spec.how)

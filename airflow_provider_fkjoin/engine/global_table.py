@@ -37,7 +37,6 @@ from .changes import (
     changed_keys,
     check_keys,
     feed_errors,
-    first_images,
     maybe_broadcast,
     read_feed,
 )
@@ -192,7 +191,7 @@ def _full(
 ) -> tuple[Commit, dict[str, Any]]:
     """Materialise the source at ``version`` into the output (create, reconcile, or replace)."""
     if shape.changelog is None:
-        null_keys = check_keys(source_df, shape.key, source, version, count_nulls=True)
+        null_keys = check_keys(source_df, shape.key, source, version, count_nulls=True).null_keys
         rows = source_df.where(~key_is_null(shape.key))
         stats = None
     else:
@@ -217,7 +216,8 @@ def _incremental_table(
 ) -> tuple[Commit, dict[str, Any]]:
     """A keyed source: re-read the keys its change feed touched from the pinned snapshot and write
     their net changes; each key's previous value is its first pre-image in the feed."""
-    changes = changed_keys(source, shape.key, after, to)
+    direct = refresh.direct_write_possible()
+    changes = changed_keys(source, shape.key, after, to, source_df.columns if direct else None)
     phase("changes_read")
     cached: list[DataFrame] = []
     net: NetChanges | None = None
@@ -227,9 +227,9 @@ def _incremental_table(
         cached.append(rows)
         check_keys(rows, shape.key, source, to, count_nulls=False)
         commit: Commit | None = None
-        if refresh.direct_write_possible():
-            old = first_images(source, shape.key, rows.columns, after, to)
-            net = net_changes(old, rows, shape.key, shape.value_columns)
+        if direct:
+            assert changes.before is not None
+            net = net_changes(changes.before, rows, shape.key, shape.value_columns)
             phase("merge_started")
             commit = refresh.commit_net_changes(net, shape.key, request)
         if commit is None:
