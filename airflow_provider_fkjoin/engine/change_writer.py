@@ -32,11 +32,19 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from . import internals
-from .commit_log import metadata_settings
+from .commit_log import metadata_settings, session_settings
 from .errors import ConcurrentRefreshError
 from .planning import RebuildRequired
 from .spec import quote
 from .tables import DeltaHandle, values_equal
+from .trace import phase
+
+#: Compaction thresholds: a refresh compacts its output when this many files are smaller than
+#: ``SMALL_FILE_BYTES`` (each refresh adds one), or when a file's deletion vectors hide more than
+#: ``DELETED_ROWS_RATIO`` of its rows (Delta's own OPTIMIZE default for rewriting such a file).
+COMPACT_SMALL_FILES = 8
+SMALL_FILE_BYTES = 32 * 1024 * 1024
+DELETED_ROWS_RATIO = 0.05
 
 CHANGE = "_fkjoin_change"
 PRE_IMAGE = "_fkjoin_pre_"
@@ -104,6 +112,14 @@ def output_path(output: DeltaHandle) -> str:
     return str(output.delta_table.detail().select("location").first()[0])
 
 
+@dataclass(frozen=True)
+class NetCommit:
+    """A net-change commit's version, and whether the output was compacted after it."""
+
+    version: int
+    compact: bool
+
+
 def commit_net_changes(
     output: DeltaHandle,
     changes: NetChanges,
@@ -113,8 +129,9 @@ def commit_net_changes(
     app_id: str,
     seq: int,
     expected_version: int,
-) -> int:
-    """Apply ``changes`` to the output in one commit (see the module docstring); returns its version.
+) -> NetCommit:
+    """Apply ``changes`` to the output in one commit (see the module docstring); returns its version
+    and whether the output's files now need compacting (:func:`compact_output`).
 
     Raises :class:`MergeRequired` when the output is not at ``expected_version`` (the version the
     refresh planned against) or does not hold the keys the changes assume; nothing is written then.
@@ -142,8 +159,11 @@ def commit_net_changes(
             if changes.updated or changes.deleted:
                 action_groups.append(transaction.deletion_vectors(located.where(F.col(CHANGE) != "insert")))
             action_groups.append(transaction.write_files(_rows_to_write(changes.frame, table_columns)))
+        layout = transaction.layout(SMALL_FILE_BYTES, DELETED_ROWS_RATIO)
+        compact = layout["small_files"] >= COMPACT_SMALL_FILES or layout["files_over_ratio"] > 0
+        phase("committing")
         with metadata_settings(output.spark, user_metadata):
-            return transaction.commit(action_groups, app_id, seq)
+            return NetCommit(transaction.commit(action_groups, app_id, seq), compact)
     except Exception as error:
         if internals.is_concurrent_modification(error):
             raise ConcurrentRefreshError(
@@ -216,3 +236,21 @@ def _rows_to_write(frame: DataFrame, table_columns: list[str]) -> DataFrame:
         )
         .coalesce(1)
     )
+
+
+def compact_output(output: DeltaHandle) -> None:
+    """Compact the output with Delta's OPTIMIZE, as its own commit after a refresh's.
+
+    Net-change commits add a small file and deletion vectors each time; left alone, reads of the
+    output (and every later refresh's key read) slow down refresh after refresh. OPTIMIZE bin-packs
+    the files under ``SMALL_FILE_BYTES`` and rewrites the files whose deletion vectors hide more than
+    ``DELETED_ROWS_RATIO`` of their rows; other files are left alone, so a compaction costs what
+    accumulated, not the table. OPTIMIZE changes no rows (``dataChange=false``): the change feed and
+    the refresh's progress are untouched, and a crash here loses nothing.
+    """
+    settings = {
+        "spark.databricks.delta.optimize.minFileSize": str(SMALL_FILE_BYTES),
+        "spark.databricks.delta.optimize.maxDeletedRowsRatio": str(DELETED_ROWS_RATIO),
+    }
+    with session_settings(output.spark, settings):
+        output.delta_table.optimize().executeCompaction()

@@ -239,7 +239,7 @@ def run_foreign_key_join(
     if plan.mode == "noop":
         assert previous is not None
         phase("committed")
-        return refresh.result(plan, previous.output_version, _rows())
+        return refresh.result(plan, previous.output_version, _rows(), write_path=None, compacted=False)
 
     if plan.mode == "incremental":
         incremental = _incremental(spec, shape, sides, output, plan, to_versions, refresh)
@@ -248,11 +248,15 @@ def run_foreign_key_join(
         else:
             commit, rows = incremental
             phase("committed")
-            return refresh.result(plan, commit.version, rows, write_path=commit.write_path)
+            return refresh.result(
+                plan, commit.version, rows, write_path=commit.write_path, compacted=commit.compacted
+            )
 
     commit, rows = _full(spec, shape, sides, output, refresh.request("full", plan.reason))
     phase("committed")
-    return refresh.result(plan, commit.version, rows, write_path=commit.write_path)
+    return refresh.result(
+        plan, commit.version, rows, write_path=commit.write_path, compacted=commit.compacted
+    )
 
 
 def _rows(

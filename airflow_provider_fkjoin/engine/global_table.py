@@ -129,7 +129,7 @@ def run_global_table_bootstrap(
     previous = refresh.previous
 
     def result(
-        plan: RefreshPlan, output_version: int | None, rows: dict[str, Any], write_path: str | None = None
+        plan: RefreshPlan, output_version: int | None, rows: dict[str, Any], commit: Commit | None = None
     ) -> dict[str, Any]:
         latest = source.state().version
         if output_version is not None:
@@ -147,7 +147,8 @@ def run_global_table_bootstrap(
             high_watermark=high_watermark,
             checkpoint=high_watermark,
             caught_up=high_watermark >= latest,
-            write_path=write_path,
+            write_path=commit.write_path if commit else None,
+            compacted=commit.compacted if commit else False,
         )
 
     if plan.mode == "noop":
@@ -172,13 +173,13 @@ def run_global_table_bootstrap(
             plan = RefreshPlan("full", str(unavailable), dict.fromkeys(current))
         else:
             phase("committed")
-            return result(plan, commit.version, rows, commit.write_path)
+            return result(plan, commit.version, rows, commit)
 
     commit, rows = _full(
         shape, source, output, high_watermark, source_df, refresh.request("full", plan.reason)
     )
     phase("committed")
-    return result(plan, commit.version, rows, commit.write_path)
+    return result(plan, commit.version, rows, commit)
 
 
 def _full(

@@ -21,11 +21,25 @@ import json
 import time
 from typing import Any
 
+from delta import exceptions as delta_errors
 from pyspark.sql import DataFrame, SparkSession
 
 #: (Spark major.minor, Delta major.minor) pairs these internals were written and tested against.
 TESTED_SPARK = ("4.2",)
 TESTED_DELTA = ("4.4",)
+
+
+#: PySpark's Python classes for Delta's conflicts between concurrent commits (they do not share a base).
+DELTA_CONFLICTS: tuple[type[Exception], ...] = (
+    delta_errors.DeltaConcurrentModificationException,
+    delta_errors.ConcurrentWriteException,
+    delta_errors.MetadataChangedException,
+    delta_errors.ProtocolChangedException,
+    delta_errors.ConcurrentAppendException,
+    delta_errors.ConcurrentDeleteReadException,
+    delta_errors.ConcurrentDeleteDeleteException,
+    delta_errors.ConcurrentTransactionException,
+)
 
 
 class UnsupportedRuntimeError(RuntimeError):
@@ -185,6 +199,20 @@ class OutputTransaction:
         )
         return helper.processUnmodifiedData(session, touched, self._txn.snapshot(), prefix)._1()
 
+    def layout(self, small_file_bytes: int, deleted_ratio: float) -> dict[str, int]:
+        """How the snapshot's files stand, from the table state the transaction already holds (one
+        small job): ``files``, ``small_files`` (under ``small_file_bytes``) and ``files_over_ratio``
+        (files whose deletion vectors hide more than ``deleted_ratio`` of their rows)."""
+        files = DataFrame(self._txn.snapshot().allFiles().toDF(), self.spark)
+        records = "CAST(get_json_object(stats, '$.numRecords') AS BIGINT)"
+        row = files.selectExpr(
+            "count(*) AS files",
+            f"count_if(size < {int(small_file_bytes)}) AS small_files",
+            f"count_if(coalesce(deletionVector.cardinality, 0) > {float(deleted_ratio)} * {records}) "
+            "AS files_over_ratio",
+        ).first()
+        return {name: int(row[name] or 0) for name in ("files", "small_files", "files_over_ratio")}
+
     def write_files(self, rows: DataFrame) -> Any:
         """Write ``rows`` as new data files, and those with a ``_change_type`` as change-data files."""
         return self._txn.writeFiles(rows._jdf)
@@ -205,8 +233,11 @@ class OutputTransaction:
 
 
 def is_concurrent_modification(error: BaseException) -> bool:
-    """Whether a py4j error is Delta's conflict between concurrent commits (a subclass of Java's
-    ``ConcurrentModificationException``, like every Delta conflict exception)."""
+    """Whether an error is Delta's conflict between concurrent commits: PySpark's converted
+    exception, or a raw py4j error whose Java exception is a ``ConcurrentModificationException``
+    (every Delta conflict exception is one)."""
+    if isinstance(error, DELTA_CONFLICTS):
+        return True
     java = getattr(error, "java_exception", None)
     if java is None:
         return False

@@ -14,13 +14,12 @@ import secrets
 from dataclasses import dataclass
 from typing import Any
 
-from delta.exceptions import DeltaConcurrentModificationException
 from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from .change_writer import MergeRequired, NetChanges, commit_net_changes
+from .change_writer import MergeRequired, NetChanges, commit_net_changes, compact_output
 from .commit_log import (
     InputProgress,
     OutputLog,
@@ -31,10 +30,12 @@ from .commit_log import (
     session_settings,
 )
 from .errors import ConcurrentRefreshError
+from .internals import DELTA_CONFLICTS
 from .ownership import OWNER_PROPERTY, Ownership
 from .planning import InputState, RebuildRequired, RefreshPlan, plan_refresh, refresh_result
 from .spec import quote, spec_fingerprint
 from .tables import DeltaHandle, values_equal
+from .trace import phase
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +58,8 @@ class Commit:
     deleted: int
     #: How it was written: ``create``, ``overwrite``, ``append``, ``merge`` or ``net_changes``.
     write_path: str = "merge"
+    #: Whether the refresh compacted the output after its commit (:func:`.change_writer.compact_output`).
+    compacted: bool = False
 
 
 @dataclass(frozen=True)
@@ -149,7 +152,7 @@ class RefreshContext:
         warning, when that path cannot prove itself right and the kind must MERGE instead."""
         assert self.log.latest_version is not None
         try:
-            version = commit_net_changes(
+            committed = commit_net_changes(
                 self.output,
                 changes,
                 key,
@@ -161,7 +164,22 @@ class RefreshContext:
         except MergeRequired as reason:
             self.warnings.append(f"the refresh was written by MERGE: {reason}")
             return None
-        return Commit(version, changes.inserted, changes.updated, changes.deleted, "net_changes")
+        compacted = False
+        if committed.compact:
+            phase("compacting")
+            try:
+                compact_output(self.output)
+                compacted = True
+            except Exception as error:  # the refresh is committed; compaction is retried next time
+                self.warnings.append(f"compacting the output failed, the next refresh retries: {error}")
+        return Commit(
+            committed.version,
+            changes.inserted,
+            changes.updated,
+            changes.deleted,
+            "net_changes",
+            compacted=compacted,
+        )
 
     def result(
         self,
@@ -295,7 +313,7 @@ def _write_rows(output: DeltaHandle, rows: DataFrame, request: CommitRequest, mo
             writer.save(output.ref.path)
         else:
             writer.saveAsTable(output.ref.name)
-    except DeltaConcurrentModificationException as exc:
+    except DELTA_CONFLICTS as exc:
         raise _concurrent(output, exc) from None
     return _find_commit(output, request, mode)
 
@@ -315,7 +333,7 @@ def _create_table(output: DeltaHandle, rows: DataFrame, request: CommitRequest) 
         if "ALREADY_EXISTS" in text or "already exists" in text.lower():
             raise _concurrent(output, exc) from None
         raise
-    except DeltaConcurrentModificationException as exc:
+    except DELTA_CONFLICTS as exc:
         raise _concurrent(output, exc) from None
     return _find_commit(output, request, "create")
 
@@ -400,7 +418,7 @@ def merge_output(
             session_settings(spark, {"spark.sql.join.preferSortMergeJoin": "false"}),
         ):
             builder.execute()
-    except DeltaConcurrentModificationException as exc:
+    except DELTA_CONFLICTS as exc:
         raise _concurrent(output, exc) from None
     return _find_commit(output, request, "merge")
 

@@ -1,0 +1,192 @@
+"""The net-change write path (:mod:`airflow_provider_fkjoin.engine.change_writer`): one real-operation
+commit per refresh, Delta's conflict detection kept, MERGE when the path cannot prove itself right, and
+compaction that keeps deletion vectors and small files from piling up.
+
+Every refresh is compared with a join recomputed from scratch in Python (``helpers.oracle``).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from delta.tables import DeltaTable
+from helpers import CUSTOMERS, ORDERS, oracle, output_state, rows_at, write
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from airflow_provider_fkjoin.engine import ConcurrentRefreshError, change_writer, run_spec
+from airflow_provider_fkjoin.engine.change_writer import MergeRequired, commit_net_changes, net_changes
+from airflow_provider_fkjoin.engine.spec import TableRef
+from airflow_provider_fkjoin.engine.tables import DeltaHandle
+from airflow_provider_fkjoin.engine.trace import phase_listener
+
+ORDER_ROWS = [(1, 10, 5.0), (2, 10, 7.0), (3, 20, 9.0), (4, 30, 1.0)]
+CUSTOMER_ROWS = [(10, "ann"), (20, "bob"), (30, "cy")]
+
+
+@pytest.fixture
+def tables(spark: SparkSession, warehouse: Path) -> dict[str, Any]:
+    orders, customers, out = warehouse / "orders", warehouse / "customers", warehouse / "out"
+    write(spark, ORDER_ROWS, ORDERS, orders)
+    write(spark, CUSTOMER_ROWS, CUSTOMERS, customers)
+    spec = {
+        "kind": "foreign_key_join",
+        "left": {"path": str(orders), "key": ["order_id"]},
+        "right": {"path": str(customers), "key": ["customer_id"]},
+        "foreign_key": ["customer_id"],
+        "output": {"path": str(out)},
+    }
+    return {"spec": spec, "orders": orders, "customers": customers, "out": out}
+
+
+def _commits(out: Path) -> list[dict[str, Any]]:
+    """Each commit's commitInfo, oldest first, read from the log files."""
+    infos = []
+    for path in sorted((out / "_delta_log").glob("*.json")):
+        for line in path.read_text().splitlines():
+            action = json.loads(line)
+            if "commitInfo" in action:
+                infos.append(action["commitInfo"])
+    return infos
+
+
+def _change(spark: SparkSession, tables: dict[str, Any]) -> None:
+    """One update of each kind: an amount, an FK move, a delete, an insert, a right-side rename."""
+    orders = DeltaTable.forPath(spark, str(tables["orders"]))
+    orders.update("order_id = 1", {"amount": F.col("amount") + 1})
+    orders.update("order_id = 2", {"customer_id": F.lit(20).cast("long")})
+    orders.delete("order_id = 4")
+    write(spark, [(5, 30, 2.0)], ORDERS, tables["orders"], mode="append")
+    DeltaTable.forPath(spark, str(tables["customers"])).update("customer_id = 20", {"name": F.lit("bo")})
+
+
+def test_incremental_refresh_is_one_update_commit_with_its_progress(spark, tables) -> None:
+    spec, out = tables["spec"], tables["out"]
+    run_spec(spec, spark=spark)
+    _change(spark, tables)
+    result = run_spec(spec, spark=spark)
+    assert result["mode"] == "incremental" and result["write_path"] == "net_changes"
+    assert output_state(spark, out) == oracle(spark, result)
+    last = _commits(out)[-1]
+    assert last["operation"] == "UPDATE"
+    assert json.loads(last["userMetadata"])["fkjoin"]["seq"] == 2
+    # The change feed holds one net change per changed key, pre-images included.
+    feed = (
+        spark.read.format("delta")
+        .option("readChangeFeed", "true")
+        .option("startingVersion", result["output"]["version"])
+        .load(str(out))
+        .select("order_id", "_change_type", "amount", "name")
+        .collect()
+    )
+    got = sorted((r["order_id"], r["_change_type"], r["amount"], r["name"]) for r in feed)
+    assert got == [
+        (1, "update_postimage", 6.0, "ann"),
+        (1, "update_preimage", 5.0, "ann"),
+        (2, "update_postimage", 7.0, "bo"),
+        (2, "update_preimage", 7.0, "ann"),
+        (3, "update_postimage", 9.0, "bo"),
+        (3, "update_preimage", 9.0, "bob"),
+        (4, "delete", 1.0, "cy"),
+        (5, "insert", 2.0, "cy"),
+    ]
+    assert result["rows"] | {"changes_read": None, "null_keys_dropped": None} == {
+        "inserted": 1,
+        "updated": 3,
+        "deleted": 1,
+        "left_rows_rejoined": 4,
+        "changes_read": None,
+        "null_keys_dropped": None,
+    }
+
+
+def test_a_commit_landing_during_the_refresh_fails_it_cleanly(spark, tables) -> None:
+    """Delta's conflict detection is kept: a foreign commit between the transaction's read and its
+    commit makes the refresh fail with nothing written; the next refresh rebuilds (the output was
+    changed by someone else) and is exact."""
+    spec, out = tables["spec"], tables["out"]
+    run_spec(spec, spark=spark)
+    _change(spark, tables)
+
+    def someone_writes(name: str) -> None:
+        if name == "committing":
+            spark.sql(f"DELETE FROM delta.`{out}` WHERE order_id = 3")
+
+    before = len(_commits(out))
+    with phase_listener(someone_writes), pytest.raises(ConcurrentRefreshError, match="retry"):
+        run_spec(spec, spark=spark)
+    assert len(_commits(out)) == before + 1  # the foreign DELETE only
+    again = run_spec(spec, spark=spark)
+    assert again["mode"] == "full" and "changed outside this engine" in again["reason"]
+    assert output_state(spark, out) == oracle(spark, again)
+
+
+def test_an_output_that_moved_before_the_commit_is_merged(spark, tables) -> None:
+    """A commit that changes no rows (a property) between planning and the write: the net-change path
+    cannot vouch for the version it planned against, so MERGE writes the refresh, with a warning."""
+    spec, out = tables["spec"], tables["out"]
+    run_spec(spec, spark=spark)
+    _change(spark, tables)
+
+    def someone_sets_a_property(name: str) -> None:
+        if name == "merge_started":
+            spark.sql(f"ALTER TABLE delta.`{out}` SET TBLPROPERTIES ('team' = 'orders')")
+
+    with phase_listener(someone_sets_a_property):
+        result = run_spec(spec, spark=spark)
+    assert result["mode"] == "incremental" and result["write_path"] == "merge"
+    assert any("written by MERGE" in w for w in result["warnings"])
+    assert output_state(spark, out) == oracle(spark, result)
+
+
+def test_changes_the_output_does_not_bear_out_are_refused_before_writing(spark, tables) -> None:
+    """The proof: an insert of a key the output holds (the previous rows were wrong) is refused, and
+    nothing is written."""
+    spec, out = tables["spec"], tables["out"]
+    run_spec(spec, spark=spark)
+    output = DeltaHandle(spark, TableRef(path=str(out)), "output")
+    current = output.read()
+    claimed_new = current.where("order_id = 1").withColumn("amount", F.lit(99.0))
+    changes = net_changes(current.limit(0), claimed_new, ["order_id"], ["customer_id", "amount", "name"])
+    version = len(_commits(out)) - 1
+    try:
+        assert changes.inserted == 1
+        with pytest.raises(MergeRequired, match="1 changed key"):
+            commit_net_changes(
+                output,
+                changes,
+                ["order_id"],
+                user_metadata="{}",
+                app_id="test",
+                seq=99,
+                expected_version=version,
+            )
+    finally:
+        changes.release()
+    assert len(_commits(out)) == version + 1
+    assert {r["order_id"]: r["amount"] for r in rows_at(spark, out)}[1] == 5.0
+
+
+def test_refreshes_compact_the_output_when_small_files_pile_up(spark, tables, monkeypatch) -> None:
+    spec, out = tables["spec"], tables["out"]
+    monkeypatch.setattr(change_writer, "COMPACT_SMALL_FILES", 3)
+    run_spec(spec, spark=spark)
+    compacted = []
+    for amount in range(4):
+        DeltaTable.forPath(spark, str(tables["orders"])).update(
+            "order_id = 1", {"amount": F.lit(float(amount))}
+        )
+        result = run_spec(spec, spark=spark)
+        assert result["write_path"] == "net_changes"
+        assert output_state(spark, out) == oracle(spark, result)
+        compacted.append(result["compacted"])
+    assert True in compacted
+    assert "OPTIMIZE" in [c["operation"] for c in _commits(out)]
+    # OPTIMIZE changes no rows: the next refresh is still incremental and exact.
+    write(spark, [(6, 10, 3.0)], ORDERS, tables["orders"], mode="append")
+    after = run_spec(spec, spark=spark)
+    assert after["mode"] == "incremental" and after["write_path"] == "net_changes"
+    assert output_state(spark, out) == oracle(spark, after)
