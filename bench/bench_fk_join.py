@@ -78,6 +78,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--change-rows-right", type=int, default=None, help="right rows changed per batch (default 1000)"
     )
+    p.add_argument(
+        "--left-newest",
+        type=float,
+        default=None,
+        help="change only the newest share of existing orders (e.g. 0.01); default: spread over all",
+    )
     p.add_argument("--workdir", type=Path, default=REPO / "bench" / "data", help="data folder (gitignored)")
     p.add_argument(
         "--repeat", type=int, default=None, help="change batches + refreshes per left size (default 3)"
@@ -467,7 +473,14 @@ class Runner:
         t0 = time.perf_counter()
         rc = datagen.apply_right_changes(self.spark, right, a.right_rows, a.change_rows_right, batch)
         lc = datagen.apply_left_changes(
-            self.spark, left, left_rows, a.right_rows, a.change_rows_left, a.change_rows_right, batch
+            self.spark,
+            left,
+            left_rows,
+            a.right_rows,
+            a.change_rows_left,
+            a.change_rows_right,
+            batch,
+            newest=a.left_newest,
         )
         secs = time.perf_counter() - t0
         self.log(f"(c) change batch #{batch + 1} applied in {secs:.1f}s (not timed): right {rc} left {lc}")

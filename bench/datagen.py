@@ -256,9 +256,19 @@ def left_split(n: int) -> LeftSplit:
 
 
 def apply_left_changes(
-    spark: SparkSession, path: Path, left_rows: int, right_rows: int, n: int, n_right: int, batch: int
+    spark: SparkSession,
+    path: Path,
+    left_rows: int,
+    right_rows: int,
+    n: int,
+    n_right: int,
+    batch: int,
+    newest: float | None = None,
 ) -> dict:
-    """Left batch as four commits: FK changes, deletes, inserts, amount updates."""
+    """Left batch as four commits: FK changes, deletes, inserts, amount updates.
+
+    With ``newest`` (a share, e.g. 0.01), the changed existing orders are the newest ones (the top of
+    the key range), as when recent orders are the ones that change; otherwise they spread evenly."""
     from delta.tables import DeltaTable
 
     split = left_split(n)
@@ -266,7 +276,13 @@ def apply_left_changes(
     new_cust_base = _new_customer_base(right_rows, batch, rsplit.inserts)
     table = DeltaTable.forPath(spark, str(path))
     existing = split.fk_changes + split.deletes + split.amount_updates
-    keys = _spread_keys(spark, existing, left_rows, batch)
+    if newest is None:
+        keys = _spread_keys(spark, existing, left_rows, batch)
+    else:
+        domain = max(existing, int(left_rows * newest))
+        keys = _spread_keys(spark, existing, domain, batch).withColumn(
+            "k", F.col("k") + F.lit(left_rows - domain)
+        )
     versions = []
     j, k = F.col("j"), F.col("k")
 
