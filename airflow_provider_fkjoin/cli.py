@@ -2,6 +2,7 @@
 
     fkjoin run spec.yaml                 # refresh once; the result JSON is the last line of stdout
     fkjoin run --full-refresh spec.yaml  # rebuild the output from its inputs instead of applying changes
+    fkjoin run --write-path merge spec.yaml  # write with Delta's MERGE instead of net-change commits
     fkjoin run --spec-json '{...}'       # the spec inline (how the Airflow hook submits it)
     fkjoin status spec.yaml              # versions consumed, lag behind each input, last refresh
     fkjoin demo                          # a small incremental foreign-key join on local Spark
@@ -61,7 +62,7 @@ def _cmd_run(args: argparse.Namespace) -> dict[str, Any]:
     from airflow_provider_fkjoin.engine import load_spec, run_spec
 
     spec = load_spec(_spec_arg(args))
-    return run_spec(spec, spark=_spark(args), full_refresh=args.full_refresh)
+    return run_spec(spec, spark=_spark(args), full_refresh=args.full_refresh, write_path=args.write_path)
 
 
 def _cmd_status(args: argparse.Namespace) -> dict[str, Any]:
@@ -100,6 +101,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--full-refresh",
         action="store_true",
         help="rebuild the output from its inputs instead of applying their changes since the last refresh",
+    )
+    subs[0].add_argument(
+        "--write-path",
+        choices=["auto", "merge"],
+        default="auto",
+        help="auto: commit net changes without MERGE where the engine can prove them (default); "
+        "merge: always write with Delta's MERGE",
     )
     demo = commands.add_parser("demo", help="run a small incremental foreign-key join")
     demo.add_argument("--warehouse", default="demo-warehouse", help="folder for the demo's Delta tables")

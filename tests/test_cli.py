@@ -80,8 +80,12 @@ class Refresh:
         self.calls: list[dict[str, Any]] = []
         self.error: BaseException | None = None
 
-    def run_spec(self, spec: Any, spark: Any = None, *, full_refresh: bool = False) -> dict[str, Any]:
-        self.calls.append({"spec": spec, "spark": spark, "full_refresh": full_refresh})
+    def run_spec(
+        self, spec: Any, spark: Any = None, *, full_refresh: bool = False, write_path: str = "auto"
+    ) -> dict[str, Any]:
+        self.calls.append(
+            {"spec": spec, "spark": spark, "full_refresh": full_refresh, "write_path": write_path}
+        )
         if self.error is not None:
             raise self.error
         return {"kind": spec.kind, "mode": "full" if full_refresh else "incremental"}
@@ -126,6 +130,14 @@ def test_run_prints_the_result_json_last(capsys, refresh):
     assert json.loads(out.splitlines()[-1]) == {"kind": "foreign_key_join", "mode": "incremental"}
     assert [call["full_refresh"] for call in refresh.calls] == [False]
     assert refresh.calls[0]["spark"] == "spark-session"
+
+
+def test_write_path_flag_reaches_run_spec(capsys, refresh):
+    code, _, _ = run_cli(capsys, "run", "--write-path", "merge", "--spec-json", json.dumps(SPEC))
+    assert code == 0
+    assert [call["write_path"] for call in refresh.calls] == ["merge"]
+    code, _, _ = run_cli(capsys, "run", "--spec-json", json.dumps(SPEC))
+    assert [call["write_path"] for call in refresh.calls] == ["merge", "auto"]
 
 
 def test_full_refresh_flag_reaches_run_spec(capsys, refresh):

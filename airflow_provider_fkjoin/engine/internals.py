@@ -1,14 +1,18 @@
 """The few Spark and Delta internals the engine needs, in one place, checked against the pinned versions.
 
-Public APIs cannot answer two questions the engine must ask:
+Public APIs cannot do three things the engine needs:
 
-* which Catalyst nodes an analysed spec expression contains (a subquery, a window, ``reflect``...), to
-  refuse expressions that are not pure row-level SQL (:mod:`.expressions`);
-* the version of the Delta transaction (``txnAppId``) an output last committed, for a table that is not
-  on the local file system (local tables are read with ``deltalake``, which has a public API for it).
+* tell which Catalyst nodes an analysed spec expression contains (a subquery, a window, ``reflect``...),
+  to refuse expressions that are not pure row-level SQL (:mod:`.expressions`);
+* read the version of the Delta transaction (``txnAppId``) an output last committed, for a table that
+  is not on the local file system (local tables are read with ``deltalake``, which has a public API);
+* commit a refresh's net changes without MERGE (:mod:`.change_writer`): list the output's files,
+  locate rows by file and row index, write deletion vectors (Delta's own DELETE/UPDATE helpers), new
+  rows and change data, and commit them with a ``SetTransaction`` as one ``UPDATE``
+  (:class:`OutputTransaction`).
 
-Both go through py4j to classes whose shape a Spark or Delta upgrade may change, so
-:func:`check_versions` runs before either is used and fails loudly on versions nobody has tested.
+All go through py4j to classes whose shape a Spark or Delta upgrade may change, so
+:func:`check_versions` runs before any is used and fails loudly on versions nobody has tested.
 The test suite calls every function here, so an upgrade that breaks one fails there first.
 
     >>> analysed_node_classes(spark.range(1).selectExpr("rand() AS x"))
