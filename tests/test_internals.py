@@ -65,7 +65,8 @@ def test_output_transaction_deletes_by_position_and_commits_one_update(spark, wa
     )
     transaction = internals.OutputTransaction(spark, path)
     assert transaction.version == 0
-    assert transaction.layout(1 << 30, 0.05) == {"files": 1, "small_files": 1, "files_over_ratio": 0}
+    assert transaction.layout(1 << 30, 2.0, 0.05, 1) == {"files": 1, "small_files": 1, "files_over_ratio": 0}
+    assert transaction.layout(1 << 30, 0.25, 0.05, 1)["small_files"] == 0
     live = transaction.live_rows()
     located = live.where("id IN (1, 4)").select("_fkjoin_file", "_fkjoin_row")
     assert sorted(r["_fkjoin_row"] for r in located.collect()) == [1, 4]

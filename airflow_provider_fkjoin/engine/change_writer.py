@@ -32,21 +32,28 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from . import internals
-from .commit_log import metadata_settings, session_settings
+from .changes import maybe_broadcast
+from .commit_log import metadata_settings, session_settings, without_commit_metadata
 from .errors import ConcurrentRefreshError
 from .planning import RebuildRequired
 from .spec import quote
 from .tables import DeltaHandle, values_equal
 from .trace import phase
 
-#: Compaction thresholds: a refresh compacts its output when this many files are smaller than
-#: ``SMALL_FILE_BYTES`` (each refresh adds one), or when a file's deletion vectors hide more than
-#: ``DELETED_ROWS_RATIO`` of its rows (Delta's own OPTIMIZE default for rewriting such a file).
+#: Compaction thresholds: a refresh compacts its output when ``COMPACT_SMALL_FILES`` files are small
+#: (under ``SMALL_FILE_BYTES`` and under ``SMALL_FILE_SHARE`` of the table's mean file size: each refresh
+#: adds one such file, while a small table's own files are not "small" against each other), or when a
+#: file of at least ``DV_MIN_ROWS`` rows has deletion vectors hiding more than ``DELETED_ROWS_RATIO`` of
+#: them (Delta's own OPTIMIZE default for rewriting such a file).
 COMPACT_SMALL_FILES = 8
 SMALL_FILE_BYTES = 32 * 1024 * 1024
+SMALL_FILE_SHARE = 0.25
 DELETED_ROWS_RATIO = 0.05
+DV_MIN_ROWS = 100_000
 
 CHANGE = "_fkjoin_change"
+#: How many rows the output must hold for the key before the commit (1 when it had a previous row).
+EXPECTED = "_fkjoin_expected"
 PRE_IMAGE = "_fkjoin_pre_"
 _OLD, _NEW = "_fkjoin_had", "_fkjoin_has"
 
@@ -57,13 +64,15 @@ class MergeRequired(Exception):
 
 @dataclass
 class NetChanges:
-    """The affected keys' net changes (cached): key, post-image values, ``_fkjoin_pre_<column>``
-    pre-image values and ``_fkjoin_change``, with the count of each kind of change."""
+    """Every affected key (cached): key, post-image values, ``_fkjoin_pre_<column>`` pre-image values,
+    ``_fkjoin_change`` (null when the value did not change) and ``_fkjoin_expected`` (the rows the
+    output holds for the key, by the inputs), with the count of each kind of change."""
 
     frame: DataFrame
     inserted: int
     updated: int
     deleted: int
+    keys: int = 0
 
     @property
     def total(self) -> int:
@@ -78,7 +87,8 @@ def net_changes(old: DataFrame, new: DataFrame, key: list[str], value_columns: l
 
     Both hold the key and value columns; a key missing from ``old`` is an insert, missing from ``new``
     a delete, and in both an update only when a value differs (``values_equal``, so maps and variants
-    compare by value). One job materialises the changes and counts them.
+    compare by value). Unchanged keys stay in the frame (no change) so the commit can check that the
+    output holds them as the inputs say. One job materialises the frame and counts the changes.
     """
     types = {f.name: f.dataType for f in new.schema.fields}
     o = old.select(*[quote(c) for c in key + value_columns]).withColumn(_OLD, F.lit(True)).alias("o")
@@ -91,18 +101,21 @@ def net_changes(old: DataFrame, new: DataFrame, key: list[str], value_columns: l
     same = F.expr(values_equal("o", "n", [(c, types[c]) for c in value_columns]))
     had, has = F.col(f"o.{_OLD}").isNotNull(), F.col(f"n.{_NEW}").isNotNull()
     change = F.when(had & has & ~same, "update").when(had & ~has, "delete").when(~had & has, "insert")
-    frame = (
-        joined.select(
-            *[F.coalesce(F.col(f"n.{quote(c)}"), F.col(f"o.{quote(c)}")).alias(c) for c in key],
-            *[F.col(f"n.{quote(c)}").alias(c) for c in value_columns],
-            *[F.col(f"o.{quote(c)}").alias(PRE_IMAGE + c) for c in value_columns],
-            change.alias(CHANGE),
-        )
-        .where(F.col(CHANGE).isNotNull())
-        .persist(StorageLevel.MEMORY_AND_DISK)
-    )
+    frame = joined.select(
+        *[F.coalesce(F.col(f"n.{quote(c)}"), F.col(f"o.{quote(c)}")).alias(c) for c in key],
+        *[F.col(f"n.{quote(c)}").alias(c) for c in value_columns],
+        *[F.col(f"o.{quote(c)}").alias(PRE_IMAGE + c) for c in value_columns],
+        change.alias(CHANGE),
+        had.cast("int").alias(EXPECTED),
+    ).persist(StorageLevel.MEMORY_AND_DISK)
     counts = {row[CHANGE]: int(row["count"]) for row in frame.groupBy(CHANGE).count().collect()}
-    return NetChanges(frame, counts.get("insert", 0), counts.get("update", 0), counts.get("delete", 0))
+    return NetChanges(
+        frame,
+        counts.get("insert", 0),
+        counts.get("update", 0),
+        counts.get("delete", 0),
+        sum(counts.values()),
+    )
 
 
 def output_path(output: DeltaHandle) -> str:
@@ -142,24 +155,27 @@ def commit_net_changes(
             f"the output is at version {transaction.version}, not {expected_version} as when the "
             "refresh began"
         )
+    _require_properties(transaction)
     live = transaction.live_rows()
     table_columns = [c for c in live.columns if c not in ("_fkjoin_file", "_fkjoin_row")]
     _require_columns(output, live, changes.frame, table_columns)
     action_groups = []
     located: DataFrame | None = None
     try:
-        if changes.total:
-            wanted = changes.frame.select(*[quote(c) for c in key], CHANGE)
+        if changes.keys:
+            wanted = changes.frame.select(*[quote(c) for c in key], CHANGE, EXPECTED)
             located = (
                 live.select(*[quote(c) for c in key], "_fkjoin_file", "_fkjoin_row")
-                .join(F.broadcast(wanted), on=key, how="inner")
+                .join(maybe_broadcast(wanted, changes.keys), on=key, how="inner")
                 .persist(StorageLevel.MEMORY_AND_DISK)
             )
             _prove(located, wanted, key)
             if changes.updated or changes.deleted:
-                action_groups.append(transaction.deletion_vectors(located.where(F.col(CHANGE) != "insert")))
+                replaced = located.where(F.col(CHANGE).isin("update", "delete"))
+                action_groups.append(transaction.deletion_vectors(replaced))
+        if changes.total:
             action_groups.append(transaction.write_files(_rows_to_write(changes.frame, table_columns)))
-        layout = transaction.layout(SMALL_FILE_BYTES, DELETED_ROWS_RATIO)
+        layout = transaction.layout(SMALL_FILE_BYTES, SMALL_FILE_SHARE, DELETED_ROWS_RATIO, DV_MIN_ROWS)
         compact = layout["small_files"] >= COMPACT_SMALL_FILES or layout["files_over_ratio"] > 0
         phase("committing")
         with metadata_settings(output.spark, user_metadata):
@@ -184,7 +200,7 @@ def _require_columns(
     want = {
         f.name: f.dataType.simpleString()
         for f in frame.schema.fields
-        if f.name != CHANGE and not f.name.startswith(PRE_IMAGE)
+        if f.name not in (CHANGE, EXPECTED) and not f.name.startswith(PRE_IMAGE)
     }
     if have != want:
         raise RebuildRequired(
@@ -192,22 +208,36 @@ def _require_columns(
         )
 
 
+def _require_properties(transaction: internals.OutputTransaction) -> None:
+    """The output must keep a change feed and take deletion vectors, with nothing that a commit built
+    by hand would not maintain (row tracking, a commit coordinator); else MERGE writes the refresh."""
+    if (transaction.table_property("delta.enableChangeDataFeed") or "").lower() != "true":
+        raise MergeRequired("the output's change data feed is off (delta.enableChangeDataFeed)")
+    if (transaction.table_property("delta.enableDeletionVectors") or "").lower() != "true":
+        raise MergeRequired("the output does not take deletion vectors (delta.enableDeletionVectors)")
+    if (transaction.table_property("delta.enableRowTracking") or "").lower() == "true":
+        raise MergeRequired("the output tracks row lineage (delta.enableRowTracking)")
+    for name in (
+        "delta.coordinatedCommits.commitCoordinator-preview",
+        "delta.coordinatedCommits.commitCoordinator",
+    ):
+        if transaction.table_property(name):
+            raise MergeRequired(f"the output's commits are coordinated ({name})")
+
+
 def _prove(located: DataFrame, wanted: DataFrame, key: list[str]) -> None:
-    """Every updated or deleted key is in the output once; no inserted key is in it (one job)."""
+    """Every affected key is in the output as often as the inputs say: once if it had a previous row
+    (updated, deleted or unchanged), never if not (inserted). One job."""
     found = located.groupBy(*[quote(c) for c in key]).agg(F.count(F.lit(1)).alias("_fkjoin_n"))
     checked = wanted.join(found, on=key, how="left").select(
-        F.sum(
-            F.when(
-                (F.col(CHANGE) == "insert") & F.col("_fkjoin_n").isNotNull()
-                | (F.col(CHANGE) != "insert") & (F.coalesce(F.col("_fkjoin_n"), F.lit(0)) != 1),
-                1,
-            ).otherwise(0)
-        ).alias("bad")
+        F.sum(F.when(F.coalesce(F.col("_fkjoin_n"), F.lit(0)) != F.col(EXPECTED), 1).otherwise(0)).alias(
+            "bad"
+        )
     )
     bad = checked.first()["bad"] or 0
     if bad:
         raise MergeRequired(
-            f"{bad} changed key(s) are not in the output as the inputs' previous versions say; "
+            f"{bad} affected key(s) are not in the output as the inputs' previous versions say; "
             "the output holds something other than the last refresh's join"
         )
 
@@ -220,6 +250,7 @@ def _rows_to_write(frame: DataFrame, table_columns: list[str]) -> DataFrame:
         F.col(quote(PRE_IMAGE + c)).alias(c) if (PRE_IMAGE + c) in frame.columns else F.col(quote(c))
         for c in table_columns
     ]
+    frame = frame.where(change.isNotNull())
     new_rows = frame.where(change != "delete")
     return (
         new_rows.select(*post, F.lit(None).cast("string").alias("_change_type"))
@@ -252,5 +283,5 @@ def compact_output(output: DeltaHandle) -> None:
         "spark.databricks.delta.optimize.minFileSize": str(SMALL_FILE_BYTES),
         "spark.databricks.delta.optimize.maxDeletedRowsRatio": str(DELETED_ROWS_RATIO),
     }
-    with session_settings(output.spark, settings):
+    with without_commit_metadata(output.spark), session_settings(output.spark, settings):
         output.delta_table.optimize().executeCompaction()

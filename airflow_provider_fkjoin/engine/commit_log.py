@@ -217,6 +217,27 @@ def metadata_settings(spark: SparkSession, user_metadata: str) -> Iterator[None]
 
 
 @contextmanager
+def without_commit_metadata(spark: SparkSession) -> Iterator[None]:
+    """No progress or transaction id in the session for the next commit (a compaction's OPTIMIZE),
+    whatever another thread sharing the session is about to commit: commits take turns."""
+    keys = (
+        "spark.databricks.delta.commitInfo.userMetadata",
+        "spark.databricks.delta.write.txnAppId",
+        "spark.databricks.delta.write.txnVersion",
+    )
+    with _COMMIT_LOCK:
+        previous = {key: spark.conf.get(key, None) for key in keys}
+        for key in keys:
+            spark.conf.unset(key)
+        try:
+            yield
+        finally:
+            for key, value in previous.items():
+                if value is not None:
+                    spark.conf.set(key, value)
+
+
+@contextmanager
 def session_settings(spark: SparkSession, settings: dict[str, str]) -> Iterator[None]:
     """Set Spark session conf for the duration of a block, then restore what was there."""
     yield from _with_commit_settings(spark, settings)

@@ -160,6 +160,11 @@ class OutputTransaction:
         no_filters = jvm.org.apache.spark.api.python.PythonUtils.toSeq(jvm.java.util.ArrayList())
         self._files = self._txn.filterFiles(no_filters, True)
 
+    def table_property(self, name: str) -> str | None:
+        """A table property of the snapshot (``delta.enableChangeDataFeed``...), None when unset."""
+        found = self._txn.metadata().configuration().get(name)
+        return str(found.get()) if found.isDefined() else None
+
     @property
     def version(self) -> int:
         """The snapshot version the transaction read (its commit becomes ``version + 1``)."""
@@ -203,18 +208,27 @@ class OutputTransaction:
         )
         return helper.processUnmodifiedData(session, touched, self._txn.snapshot(), prefix)._1()
 
-    def layout(self, small_file_bytes: int, deleted_ratio: float) -> dict[str, int]:
+    def layout(
+        self, small_file_bytes: int, small_file_share: float, deleted_ratio: float, dv_min_rows: int
+    ) -> dict[str, int]:
         """How the snapshot's files stand, from the table state the transaction already holds (one
-        small job): ``files``, ``small_files`` (under ``small_file_bytes``) and ``files_over_ratio``
-        (files whose deletion vectors hide more than ``deleted_ratio`` of their rows)."""
+        small job): ``files``; ``small_files``, under ``small_file_bytes`` and under
+        ``small_file_share`` of the mean file size; ``files_over_ratio``, files of at least
+        ``dv_min_rows`` rows whose deletion vectors hide more than ``deleted_ratio`` of them."""
         files = DataFrame(self._txn.snapshot().allFiles().toDF(), self.spark)
         records = "CAST(get_json_object(stats, '$.numRecords') AS BIGINT)"
-        row = files.selectExpr(
-            "count(*) AS files",
-            f"count_if(size < {int(small_file_bytes)}) AS small_files",
-            f"count_if(coalesce(deletionVector.cardinality, 0) > {float(deleted_ratio)} * {records}) "
-            "AS files_over_ratio",
-        ).first()
+        row = (
+            files.selectExpr("size", f"{records} AS records", "deletionVector.cardinality AS deleted")
+            .selectExpr("*", "avg(size) OVER () AS mean_size")
+            .selectExpr(
+                "count(*) AS files",
+                f"count_if(size < {int(small_file_bytes)} AND size < {float(small_file_share)} * mean_size)"
+                " AS small_files",
+                f"count_if(records >= {int(dv_min_rows)} AND coalesce(deleted, 0) > {float(deleted_ratio)}"
+                " * records) AS files_over_ratio",
+            )
+            .first()
+        )
         return {name: int(row[name] or 0) for name in ("files", "small_files", "files_over_ratio")}
 
     def write_files(self, rows: DataFrame) -> Any:
