@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Callable
 from typing import Any
 
 from helpers import Batch, OutputSpec, Row, World
@@ -66,6 +67,23 @@ def plans(draw: st.DrawFn) -> dict[str, Any]:
     }
 
 
+def play(world: World, steps: list[Any], refresh: Callable[[], None]) -> None:
+    """Refresh, then apply the plan's steps, refreshing where a step says so (at most MAX_REFRESHES in
+    all, only when something changed) and once more at the end if changes are pending."""
+    refresh()
+    refreshes, pending = 1, False
+    for step in steps:
+        if step == "refresh":
+            if pending and refreshes < MAX_REFRESHES - 1:
+                refresh()
+                refreshes, pending = refreshes + 1, False
+            continue
+        world.apply(step)
+        pending = True
+    if pending:
+        refresh()
+
+
 @settings(
     max_examples=int(os.environ.get("FKJOIN_PROPERTY_EXAMPLES", "12")),  # more for a longer local run
     deadline=None,
@@ -90,18 +108,7 @@ def test_refreshes_equal_recompute(spark: SparkSession, plan: dict[str, Any]) ->
             for name in world.outputs:
                 world.assert_ok(name)
 
-        refresh()
-        refreshes, pending = 1, False
-        for step in plan["steps"]:
-            if step == "refresh":
-                if pending and refreshes < MAX_REFRESHES - 1:
-                    refresh()
-                    refreshes, pending = refreshes + 1, False
-                continue
-            world.apply(step)
-            pending = True
-        if pending:
-            refresh()
+        play(world, plan["steps"], refresh)
 
 
 def _feed(spark: SparkSession, path: str, start: int, end: int) -> list[tuple[Any, ...]]:
@@ -168,15 +175,4 @@ def test_net_change_commits_equal_merge(spark: SparkSession, plan: dict[str, Any
             }
             assert tables["direct"] == tables["merge"]
 
-        refresh()
-        refreshes, pending = 1, False
-        for step in plan["steps"]:
-            if step == "refresh":
-                if pending and refreshes < MAX_REFRESHES - 1:
-                    refresh()
-                    refreshes, pending = refreshes + 1, False
-                continue
-            world.apply(step)
-            pending = True
-        if pending:
-            refresh()
+        play(world, plan["steps"], refresh)

@@ -118,13 +118,6 @@ def net_changes(old: DataFrame, new: DataFrame, key: list[str], value_columns: l
     )
 
 
-def output_path(output: DeltaHandle) -> str:
-    """The output's storage location (a catalog table's resolved one)."""
-    if output.ref.path is not None:
-        return output.ref.path
-    return str(output.delta_table.detail().select("location").first()[0])
-
-
 @dataclass(frozen=True)
 class NetCommit:
     """A net-change commit's version, and whether the output was compacted after it."""
@@ -149,7 +142,7 @@ def commit_net_changes(
     Raises :class:`MergeRequired` when the output is not at ``expected_version`` (the version the
     refresh planned against) or does not hold the keys the changes assume; nothing is written then.
     """
-    transaction = internals.OutputTransaction(output.spark, output_path(output))
+    transaction = internals.OutputTransaction(output.spark, output.storage_path())
     if transaction.version != expected_version:
         raise MergeRequired(
             f"the output is at version {transaction.version}, not {expected_version} as when the "

@@ -329,17 +329,14 @@ def _incremental(
         affected = _affected(
             spec, shape, left, right, to_versions, left_df, right_df, left_changes, right_changes, cached
         )
-        commit: Commit | None = None
         if direct:
             old = _previous_output(spec, shape, affected, left_changes, right_changes)
             net = net_changes(old, affected.joined, shape.left_key, shape.value_columns)
-            phase("merge_started")
-            commit = refresh.commit_net_changes(net, shape.left_key, request)
+        phase("merge_started")
+        commit = refresh.commit_net_changes(net, shape.left_key, request) if net is not None else None
         if commit is None:
-            phase("merge_started")
-            commit = merge_output(
-                output, _merge_source(affected), shape.left_key, shape.value_columns, request
-            )
+            source = _merge_source(affected, cached)
+            commit = merge_output(output, source, shape.left_key, shape.value_columns, request)
     except RebuildRequired as drifted:
         return str(drifted)
     finally:
@@ -487,7 +484,7 @@ def _affected(
     return Affected(affected, right_rows, joined, keys, affected_count, previous_left)
 
 
-def _merge_source(affected: Affected) -> DataFrame:
+def _merge_source(affected: Affected, cached: list[DataFrame]) -> DataFrame:
     """The MERGE source: the new joined values, and a retraction for each affected key without one."""
     key = affected.keys.columns
     retractions = affected.keys.join(
@@ -498,6 +495,7 @@ def _merge_source(affected: Affected) -> DataFrame:
         .unionByName(retractions.withColumn(PRESENT, F.lit(False)), allowMissingColumns=True)
         .persist()
     )
+    cached.append(source)
     # Materialised and counted, the source is broadcast into the MERGE: the output is scanned, not shuffled.
     return maybe_broadcast(source, source.count())
 

@@ -227,12 +227,11 @@ def _incremental_table(
         rows = source_df.where(~key_is_null(shape.key)).join(keys, on=shape.key, how="left_semi").persist()
         cached.append(rows)
         check_keys(rows, shape.key, source, to, count_nulls=False)
-        commit: Commit | None = None
         if direct:
             assert changes.before is not None
             net = net_changes(changes.before, rows, shape.key, shape.value_columns)
-            phase("merge_started")
-            commit = refresh.commit_net_changes(net, shape.key, request)
+        phase("merge_started")
+        commit = refresh.commit_net_changes(net, shape.key, request) if net is not None else None
         if commit is None:
             retractions = changes.keys.join(
                 rows.select(*[quote(c) for c in shape.key]), on=shape.key, how="left_anti"
@@ -240,7 +239,6 @@ def _incremental_table(
             merge_source = rows.withColumn(PRESENT, F.lit(True)).unionByName(
                 retractions.withColumn(PRESENT, F.lit(False)), allowMissingColumns=True
             )
-            phase("merge_started")
             commit = merge_output(
                 output, maybe_broadcast(merge_source, changes.count), shape.key, shape.value_columns, request
             )

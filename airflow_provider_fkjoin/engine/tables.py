@@ -146,10 +146,13 @@ class DeltaHandle:
         local = self.local_path
         if local is not None:
             return deltalake.DeltaTable(str(local)).transaction_version(app_id)
-        path = self.ref.path
-        if path is None:
-            path = str(self.delta_table.detail().select("location").first()[0])
-        return internals.delta_transaction_version(self.spark, path, app_id)
+        return internals.delta_transaction_version(self.spark, self.storage_path(), app_id)
+
+    def storage_path(self) -> str:
+        """Where the table's files are: its path, or a catalog table's resolved location."""
+        if self.ref.path is not None:
+            return self.ref.path
+        return str(self.delta_table.detail().select("location").first()[0])
 
     def history(self, limit: int) -> list[dict[str, Any]]:
         """The newest ``limit`` commits, newest first: version, timestamp, operation, isBlindAppend,
