@@ -86,6 +86,8 @@ def test_output_transaction_deletes_by_position_and_commits_one_update(spark, wa
         (4, 40, "delete"),
     ]
     assert internals.delta_transaction_version(spark, path, "probe-app") == 3
+    assert internals.OutputTransaction(spark, path).read_transaction_version("probe-app") == 3
+    assert internals.OutputTransaction(spark, path).read_transaction_version("other-app") is None
     history = spark.sql(f"DESCRIBE HISTORY delta.`{path}` LIMIT 1").first()
     assert history["operation"] == "UPDATE"
 
@@ -99,3 +101,18 @@ def test_delta_conflicts_are_recognised(spark, warehouse: Path) -> None:
         second.commit([second.write_files(spark.range(3, 4))], "probe-app", 2)
     assert internals.is_concurrent_modification(raised.value)
     assert not internals.is_concurrent_modification(ValueError("no"))
+
+
+def test_a_transaction_that_read_its_txn_version_conflicts_with_an_empty_commit_of_it(
+    spark, warehouse: Path
+) -> None:
+    """Commits that touch no file never conflict on files; reading ``txnVersion`` makes Delta check
+    the app id, so a second commit for the same app after an empty one is refused."""
+    path = str(warehouse / "t")
+    spark.range(2).write.format("delta").save(path)
+    first, second = internals.OutputTransaction(spark, path), internals.OutputTransaction(spark, path)
+    assert second.read_transaction_version("probe-app") is None
+    first.commit([], "probe-app", 1)
+    with pytest.raises(Exception) as raised:
+        second.commit([], "probe-app", 1)
+    assert internals.is_concurrent_modification(raised.value)

@@ -228,3 +228,26 @@ def test_refreshes_compact_the_output_when_small_files_pile_up(spark, tables, mo
     after = run_spec(spec, spark=spark)
     assert after["mode"] == "incremental" and after["write_path"] == "net_changes"
     assert output_state(spark, out) == oracle(spark, after)
+
+
+def test_a_concurrent_refresh_that_changed_nothing_still_fails_the_other(spark, tables) -> None:
+    """Two runs of the same refresh (same seq): the first commits no data change (only its progress),
+    so no file conflicts with the second, which still must not commit the same seq again. The
+    transaction reads the refresh's ``txnVersion``, so Delta fails the second commit cleanly."""
+    from airflow_provider_fkjoin.engine import internals
+    from airflow_provider_fkjoin.engine.commit_log import read_output_log
+
+    spec, out = tables["spec"], tables["out"]
+    run_spec(spec, spark=spark)
+    _change(spark, tables)
+    handle = DeltaHandle(spark, TableRef(path=str(out)), "output")
+    log = read_output_log(handle)
+
+    def another_run_commits_first(name: str) -> None:
+        if name == "committing":
+            internals.OutputTransaction(spark, str(out)).commit([], log.app_id, log.last_seq + 1)
+
+    before = len(_commits(out))
+    with phase_listener(another_run_commits_first), pytest.raises(ConcurrentRefreshError, match="retry"):
+        run_spec(spec, spark=spark)
+    assert len(_commits(out)) == before + 1  # the other run's commit only

@@ -149,6 +149,12 @@ def commit_net_changes(
             "refresh began"
         )
     _require_properties(transaction)
+    recorded = transaction.read_transaction_version(app_id)
+    if recorded is not None and recorded >= seq:
+        raise ConcurrentRefreshError(
+            f"output {output.location}: refresh {seq} was already committed by another run; nothing of "
+            "this one was written. Retry: the retry continues from the versions that run consumed."
+        )
     live = transaction.live_rows()
     table_columns = [c for c in live.columns if c not in ("_fkjoin_file", "_fkjoin_row")]
     _require_columns(output, live, changes.frame, table_columns)

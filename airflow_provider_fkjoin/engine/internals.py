@@ -170,6 +170,13 @@ class OutputTransaction:
         """The snapshot version the transaction read (its commit becomes ``version + 1``)."""
         return int(self._txn.snapshot().version())
 
+    def read_transaction_version(self, app_id: str) -> int | None:
+        """The last ``txnVersion`` recorded for ``app_id`` (None: never), read *through* the transaction:
+        Delta then fails the commit if another commit for ``app_id`` lands first, even one that adds
+        or removes no file (a refresh that changed nothing), as it does for ``txnAppId`` writes."""
+        found = int(self._txn.txnVersion(app_id))
+        return None if found < 0 else found
+
     def live_rows(self) -> DataFrame:
         """The table at the snapshot (deletion vectors applied), with each row's file and row index
         as ``_fkjoin_file`` and ``_fkjoin_row``: where a deletion vector must point to delete it."""
