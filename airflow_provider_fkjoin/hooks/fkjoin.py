@@ -341,6 +341,7 @@ class FkJoinHook(BaseHook):
         on_line: Callable[[str], None] | None = None,
         *,
         full_refresh: bool = False,
+        write_path: str = "auto",
     ) -> SparkSubmitHook:
         """The SparkSubmitHook for one refresh of ``spec`` (checks the connection first).
 
@@ -370,6 +371,7 @@ class FkJoinHook(BaseHook):
             "application_args": [
                 "run",
                 *(["--full-refresh"] if full_refresh else []),
+                *(["--write-path", write_path] if write_path != "auto" else []),
                 "--spec-json",
                 json.dumps(dict(spec), sort_keys=True),
             ],
@@ -380,18 +382,23 @@ class FkJoinHook(BaseHook):
         kwargs.update(self.spark_submit_kwargs)
         return _CapturingSparkSubmitHook(on_line=on_line or (lambda _line: None), **kwargs)
 
-    def spark_submit_command(self, spec: Mapping[str, Any], *, full_refresh: bool = False) -> list[str]:
-        """The exact spark-submit argv ``run(spec, full_refresh=...)`` runs (credentials included)."""
-        hook = self.build_submit_hook(spec, full_refresh=full_refresh)
+    def spark_submit_command(
+        self, spec: Mapping[str, Any], *, full_refresh: bool = False, write_path: str = "auto"
+    ) -> list[str]:
+        """The exact spark-submit argv ``run(spec, full_refresh=..., write_path=...)`` runs (credentials
+        included)."""
+        hook = self.build_submit_hook(spec, full_refresh=full_refresh, write_path=write_path)
         return hook._build_spark_submit_command(self.application)
 
-    def masked_command(self, spec: Mapping[str, Any], *, full_refresh: bool = False) -> str:
+    def masked_command(
+        self, spec: Mapping[str, Any], *, full_refresh: bool = False, write_path: str = "auto"
+    ) -> str:
         """The spark-submit command as the task log shows it: credentials replaced by ``******``.
 
         >>> FkJoinHook(conf={"fs.s3a.session.token": "IQoJb3JpZ2lu"}).masked_command(spec)  # doctest: +SKIP
         'spark-submit --master local[2] ... --conf fs.s3a.session.token=****** ...'
         """
-        hook = self.build_submit_hook(spec, full_refresh=full_refresh)
+        hook = self.build_submit_hook(spec, full_refresh=full_refresh, write_path=write_path)
         return hook._mask_cmd(hook._build_spark_submit_command(self.application))
 
     def submit_env(self, master: str) -> dict[str, str] | None:
@@ -414,6 +421,7 @@ class FkJoinHook(BaseHook):
         *,
         on_spark_ui: Callable[[str], None] | None = None,
         full_refresh: bool = False,
+        write_path: str = "auto",
     ) -> dict[str, Any]:
         """Run one refresh of ``spec`` and return the engine's result dict.
 
@@ -421,6 +429,8 @@ class FkJoinHook(BaseHook):
             with the driver UI off, only a standalone master's or YARN's application page is reported.
         :param full_refresh: rebuild the output from the inputs instead of applying their changes
             (``fkjoin run --full-refresh``): the escape when an output must be recomputed on purpose.
+        :param write_path: ``auto`` (net-change commits where the engine can prove them, else MERGE) or
+            ``merge`` (always Delta's MERGE: ``fkjoin run --write-path merge``).
         :raises FkJoinConnectionError: the Spark connection does not exist.
         :raises FkJoinBadInputError: the output path is not a usable table location, or the engine refused
             the spec or the data (exit 2; no retry).
@@ -446,7 +456,9 @@ class FkJoinHook(BaseHook):
                 on_spark_ui(url)
 
         output = DriverOutput(on_app_info=app_info)
-        hook = self.build_submit_hook(spec, on_line=output.feed, full_refresh=full_refresh)
+        hook = self.build_submit_hook(
+            spec, on_line=output.feed, full_refresh=full_refresh, write_path=write_path
+        )
         self._submit_hook = hook
         early = spark_ui_url(master, conn_extra=extra)
         if early and on_spark_ui is not None:

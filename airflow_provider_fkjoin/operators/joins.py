@@ -18,7 +18,8 @@ Example::
 
 Every operator also takes ``full_refresh`` (templated: a bool, or a string such as
 ``"{{ params.full_refresh }}"`` rendering to ``true``/``false``), which rebuilds the output from its
-inputs instead of applying their changes, and ``spark_ui`` (default off) to start the driver's web UI.
+inputs instead of applying their changes, ``write_path`` (``auto``, or ``merge`` to write every refresh
+with Delta's MERGE), and ``spark_ui`` (default off) to start the driver's web UI.
 Table paths are normalised as the engine does and must be absolute paths or object-store URLs: a
 relative ``output: "out"`` fails the task with ``output.path: table location 'out' is relative; ...``.
 A relative ``spec_file`` is fine: it is a file next to the DAG, not a table.
@@ -52,7 +53,9 @@ TableArg = str | Mapping[str, Any]
 _TRUE = frozenset({"true", "1", "yes", "y", "on"})
 _FALSE = frozenset({"false", "0", "no", "n", "off", "", "none"})
 #: Template fields every operator has besides its spec fields (subclasses list them after their own).
-COMMON_TEMPLATE_FIELDS: tuple[str, ...] = ("spec_file", "conf", "env_vars", "full_refresh")
+COMMON_TEMPLATE_FIELDS: tuple[str, ...] = ("spec_file", "conf", "env_vars", "full_refresh", "write_path")
+#: ``write_path`` values: net-change commits where the engine can prove them (``auto``), or always MERGE.
+WRITE_PATHS = ("auto", "merge")
 
 
 def _read_spec_file(path: str | Path) -> dict[str, Any]:
@@ -126,6 +129,8 @@ class _FkJoinOperator(BaseOperator):
     arguments every operator takes (``full_refresh``, ``conf``...) are templated in all of them.
 
     :param full_refresh: rebuild the output in full this run (templated; bool or "true"/"false").
+    :param write_path: ``auto`` (default: the engine commits net changes where it can prove them right,
+        else MERGE) or ``merge`` (always Delta's MERGE; an escape hatch, templated).
     :param spark_ui: start the Spark driver's web UI (off by default: it exposes the job's conf).
     """
 
@@ -151,6 +156,7 @@ class _FkJoinOperator(BaseOperator):
         storage_options: Mapping[str, str] | None = None,
         spark_submit_kwargs: Mapping[str, Any] | None = None,
         full_refresh: bool | str = False,
+        write_path: str = "auto",
         spark_ui: bool = False,
         **kwargs: Any,
     ) -> None:
@@ -168,6 +174,7 @@ class _FkJoinOperator(BaseOperator):
         self.storage_options = dict(storage_options) if storage_options else None
         self.spark_submit_kwargs = dict(spark_submit_kwargs or {})
         self.full_refresh = full_refresh
+        self.write_path = write_path
         self.spark_ui = spark_ui
         self._hook: FkJoinHook | None = None
         self._spec: dict[str, Any] | None = None
@@ -281,6 +288,11 @@ class _FkJoinOperator(BaseOperator):
         spec = self.build_spec(context)
         self.validate_spec(spec)
         full_refresh = parse_flag(self.full_refresh, "full_refresh")
+        write_path = str(self.write_path).strip().lower()
+        if write_path not in WRITE_PATHS:
+            raise FkJoinBadInputError(
+                f"write_path: expected one of {', '.join(WRITE_PATHS)}, got {self.write_path!r}"
+            )
         self._spec = spec
         output = _table_path(spec.get("output"))
         if output:
@@ -292,6 +304,7 @@ class _FkJoinOperator(BaseOperator):
             spec,
             on_spark_ui=lambda url: push_link(context, SPARK_UI_XCOM_KEY, url),
             full_refresh=full_refresh,
+            write_path=write_path,
         )
         self.log.info(
             "%s: mode=%s (%s) output version=%s rows=%s",

@@ -320,6 +320,15 @@ def test_with_the_driver_ui_off_a_standalone_master_page_is_still_linked(spark_c
     assert urls == ["http://master.example:8080/", "http://master.example:8080/app/?appId=app-1"]
 
 
+def test_run_with_write_path_merge_submits_the_option(spark_conn, fake_spark_submit):
+    """``write_path="merge"`` submits ``fkjoin run --write-path merge``; the default adds nothing."""
+    spark_conn({"conn_type": "spark", "host": "local[2]"})
+    fake_spark_submit.scenario(lines=[json.dumps(RESULT)])
+    FkJoinHook().run(SPEC, write_path="merge")
+    assert fake_spark_submit.argv[-5:] == ["run", "--write-path", "merge", "--spec-json", SPEC_JSON]
+    assert FkJoinHook().spark_submit_command(SPEC)[-3:] == ["run", "--spec-json", SPEC_JSON]
+
+
 def test_run_with_full_refresh_submits_the_flag(spark_conn, fake_spark_submit):
     spark_conn({"conn_type": "spark", "host": "local[2]"})
     fake_spark_submit.scenario(lines=[json.dumps(RESULT)])

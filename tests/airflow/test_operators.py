@@ -46,14 +46,19 @@ def context(**extra: Any) -> dict[str, Any]:
 
 @pytest.fixture
 def submitted(monkeypatch) -> list[dict[str, Any]]:
-    """Replace FkJoinHook.run: record the spec (and ``full_refresh`` as ``spec["_full_refresh"]``), report a
-    Spark UI, return a result for the output."""
+    """Replace FkJoinHook.run: record the spec (with ``full_refresh`` and ``write_path`` as
+    ``spec["_full_refresh"]``, ``spec["_write_path"]``), report a Spark UI, return a result for the output."""
     specs: list[dict[str, Any]] = []
 
     def fake_run(
-        self: FkJoinHook, spec: dict[str, Any], *, on_spark_ui=None, full_refresh: bool = False
+        self: FkJoinHook,
+        spec: dict[str, Any],
+        *,
+        on_spark_ui=None,
+        full_refresh: bool = False,
+        write_path: str = "auto",
     ) -> dict[str, Any]:
-        specs.append({**spec, "_full_refresh": full_refresh})
+        specs.append({**spec, "_full_refresh": full_refresh, "_write_path": write_path})
         if on_spark_ui:
             on_spark_ui("http://driver:4040")
         sides = {
@@ -326,3 +331,20 @@ def test_on_kill_stops_the_spark_application(monkeypatch):
     op._hook = op.make_hook()
     op.on_kill()
     assert stopped == [True]
+
+
+def test_write_path_is_passed_to_the_hook_and_templated(submitted):
+    fk_operator().execute(context())
+    assert submitted[0]["_write_path"] == "auto"
+    with DAG("paths", schedule=None, start_date=START):
+        operator = fk_operator(write_path="{{ params.write_path }}")
+    ctx = context(params={"write_path": "MERGE"})
+    operator.render_template_fields(ctx)
+    operator.execute(ctx)
+    assert submitted[1]["_write_path"] == "merge"
+
+
+def test_an_unknown_write_path_fails_naming_the_argument(submitted):
+    with pytest.raises(FkJoinBadInputError, match=r"write_path: expected one of auto, merge, got 'fast'"):
+        fk_operator(write_path="fast").execute(context())
+    assert submitted == []
