@@ -110,6 +110,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="write Spark's event log under <workdir>/eventlog and break each refresh down by Spark job",
     )
+    p.add_argument(
+        "--write-path", choices=["auto", "merge"], default="auto", help="run_spec's write_path (default auto)"
+    )
     p.add_argument("--baseline-only", action="store_true", help="data generation + full recompute only")
     p.add_argument(
         "--warmup",
@@ -326,7 +329,7 @@ class Runner:
         if prof:
             prof.enable()
         try:
-            result = self.run_spec(spec, spark=self.spark)
+            result = self.run_spec(spec, spark=self.spark, write_path=self.args.write_path)
         finally:
             if prof:
                 prof.disable()
@@ -336,6 +339,9 @@ class Runner:
         )
         phases = phase_breakdown(self.tee.take(), started, ended) if self.tee else []
         prof_rows = profile_summary(prof) if prof else []
+        if prof:
+            # The whole profile too, for pstats: python -m pstats <workdir>/profile-<label>.pstats
+            prof.dump_stats(str(Path(self.args.workdir) / f"profile-{self.label.replace(':', '_')}.pstats"))
         return result, ended - started, phases, prof_rows
 
     def commit_metrics(self, out: Path, version: int | None) -> dict:
