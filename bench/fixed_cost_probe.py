@@ -1,12 +1,13 @@
 #!/usr/bin/env python
 """Probe: what an incremental refresh costs when there is (almost) nothing to do.
 
-The engine's usual code path, unchanged, on tiny tables (1,000 orders x 100 customers) with one left
-row and one right row changed per refresh: every second it takes is fixed cost (Spark jobs, query
-planning, Delta log work, the commit), not data. Compared in the same run with the smallest things
-Spark does on this machine (a trivial action on a 10K-row local frame, a shuffle aggregation, a
-join) and with a full recompute of the same tiny join, so the floor under the benchmark's ratios is
-measured rather than guessed. Also counts the Spark jobs and SQL executions of each refresh.
+The engine's usual code path, unchanged, on tiny tables (1,000 orders x 100 customers) with one order
+and one customer updated per refresh (11 output rows change): every second it takes is fixed cost
+(Spark jobs, query planning, Delta log work, the commit), not data. Compared in the same run with the
+smallest things Spark does on this machine (a trivial action on a 10K-row local frame, a shuffle
+aggregation, a join, a count of a Delta table) and with a full recompute of the same tiny join, so the
+floor under the benchmark's ratios is measured rather than guessed. Also lists the Spark jobs and SQL
+executions (nested ones included) of each refresh.
 
     .venv/bin/python bench/fixed_cost_probe.py --repeat 5 --json-out bench/results_fixed_cost.json
 """
@@ -84,37 +85,42 @@ def main(argv: list[str] | None = None) -> int:
     run_spec(spec, spark=spark, write_path=args.write_path)
 
     store = spark._jsparkSession.sharedState().statusStore()  # type: ignore[attr-defined]
-    scheduler = spark.sparkContext._jsc.sc().dagScheduler()  # type: ignore[attr-defined]
+    context = spark.sparkContext._jsc.sc()  # type: ignore[attr-defined]
 
-    def jobs() -> int:
-        """Spark jobs submitted so far (the scheduler's next job id)."""
-        return int(scheduler.nextJobId())
+    def settled() -> tuple[int, list]:
+        """Jobs submitted so far and the SQL executions recorded, once the listener bus has caught up
+        (the status store is filled in the background)."""
+        context.listenerBus().waitUntilEmpty()
+        listed = store.executionsList()
+        return int(context.dagScheduler().nextJobId()), [listed.apply(i) for i in range(listed.size())]
 
     refreshes = []
     for index in range(args.warmup + args.repeat):
         spark.sql(f"UPDATE delta.`{orders}` SET amount = amount + 1 WHERE order_id = {index}")
         spark.sql(f"UPDATE delta.`{customers}` SET name = concat(name, 'x') WHERE customer_id = {50 + index}")
-        jobs_before, executions_before = jobs(), store.executionsList().size()
+        jobs_before, before = settled()
+        last_before = max((int(e.executionId()) for e in before), default=-1)
         started = time.perf_counter()
         result = run_spec(spec, spark=spark, write_path=args.write_path)
         wall = round(time.perf_counter() - started, 3)
-        listed = store.executionsList()
-        executions = [
-            f"{listed.apply(i).description()[:90]} ({listed.apply(i).jobs().size()} jobs)"
-            for i in range(executions_before, listed.size())
-        ]
+        jobs_after, after = settled()
+        executions = [e for e in after if int(e.executionId()) > last_before]
         refreshes.append(
             {
-                "executions": executions,
+                "executions": [f"{e.description()[:90]} ({e.jobs().size()} jobs)" for e in executions],
                 "wall_s": wall,
-                "spark_jobs": jobs() - jobs_before,
-                "sql_executions": store.executionsList().size() - executions_before,
+                "spark_jobs": jobs_after - jobs_before,
+                "sql_executions": len(executions),
                 "write_path": result.get("write_path"),
                 "compacted": result.get("compacted"),
                 "rows": {k: result["rows"][k] for k in ("inserted", "updated", "deleted")},
             }
         )
-        print(f"[probe] refresh #{index + 1}: {wall}s {refreshes[-1]['spark_jobs']} jobs", flush=True)
+        label = "warm-up" if index < args.warmup else "timed"
+        print(
+            f"[probe] refresh #{index + 1} ({label}): {wall}s {refreshes[-1]['spark_jobs']} jobs", flush=True
+        )
+    warmups = [r["wall_s"] for r in refreshes[: args.warmup]]
     refreshes = refreshes[args.warmup :]
 
     local = spark.range(10_000).selectExpr("id", "id % 7 AS k").toPandas()
@@ -136,9 +142,13 @@ def main(argv: list[str] | None = None) -> int:
         joined.write.format("delta").mode("overwrite").save(str(args.workdir / "recompute"))
 
     floor["full recompute of the tiny join (read, join, overwrite)"] = _timings(recompute, args.repeat)
+    floor["count of the orders Delta table (a Delta read: snapshot, file listing, one job)"] = _timings(
+        lambda: spark.read.format("delta").load(orders).count(), args.repeat
+    )
     walls = [r["wall_s"] for r in refreshes]
     report = {
         "command": " ".join(sys.argv),
+        "warmup_wall_s": warmups,
         "refreshes": refreshes,
         "refresh_median_s": statistics.median(walls),
         "floor_s": {name: {"runs": runs, "median": statistics.median(runs)} for name, runs in floor.items()},

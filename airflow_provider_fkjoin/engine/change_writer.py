@@ -149,12 +149,9 @@ def commit_net_changes(
             "refresh began"
         )
     _require_properties(transaction)
-    recorded = transaction.read_transaction_version(app_id)
-    if recorded is not None and recorded >= seq:
-        raise ConcurrentRefreshError(
-            f"output {output.location}: refresh {seq} was already committed by another run; nothing of "
-            "this one was written. Retry: the retry continues from the versions that run consumed."
-        )
+    # Read through the transaction so Delta fails the commit if another run of this refresh commits
+    # first, even one that changed no file (the version itself was checked against the log above).
+    transaction.read_transaction_version(app_id)
     live = transaction.live_rows()
     table_columns = [c for c in live.columns if c not in ("_fkjoin_file", "_fkjoin_row")]
     _require_columns(output, live, changes.frame, table_columns)

@@ -45,6 +45,9 @@ from airflow_provider_fkjoin.links import check_location, spark_ui_url
 DELTA_PACKAGE = "io.delta:delta-spark_4.2_2.13:4.4.0"
 EXIT_BAD_INPUT = 2
 EXIT_RETRY = 75
+#: ``write_path`` values (``fkjoin run --write-path``): net-change commits where the engine can prove
+#: them (``auto``), or always Delta's MERGE.
+WRITE_PATHS = ("auto", "merge")
 _ENGINE_DIR = Path(__file__).resolve().parents[1] / "engine"
 _LOCAL_MASTERS = ("local",)
 MASK = "******"
@@ -348,6 +351,10 @@ class FkJoinHook(BaseHook):
         Every credential in the conf or ``env_vars`` is handed to Airflow's secrets masker here, so the
         task log hides it wherever it shows up (spark-submit echoing its conf, a JVM error message).
         """
+        if write_path not in WRITE_PATHS:
+            raise FkJoinBadInputError(
+                f"write_path: expected one of {', '.join(WRITE_PATHS)}, got {write_path!r}"
+            )
         connection = self.get_conn()
         master = _master_of(connection)
         deploy_mode = self._deploy_mode(connection)

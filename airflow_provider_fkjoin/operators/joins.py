@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import yaml
 from airflow.sdk import Asset, BaseOperator
 
-from airflow_provider_fkjoin.hooks.fkjoin import FkJoinBadInputError, FkJoinHook
+from airflow_provider_fkjoin.hooks.fkjoin import WRITE_PATHS, FkJoinBadInputError, FkJoinHook
 from airflow_provider_fkjoin.links import (
     OUTPUT_TABLE_XCOM_KEY,
     SPARK_UI_XCOM_KEY,
@@ -54,8 +54,6 @@ _TRUE = frozenset({"true", "1", "yes", "y", "on"})
 _FALSE = frozenset({"false", "0", "no", "n", "off", "", "none"})
 #: Template fields every operator has besides its spec fields (subclasses list them after their own).
 COMMON_TEMPLATE_FIELDS: tuple[str, ...] = ("spec_file", "conf", "env_vars", "full_refresh", "write_path")
-#: ``write_path`` values: net-change commits where the engine can prove them (``auto``), or always MERGE.
-WRITE_PATHS = ("auto", "merge")
 
 
 def _read_spec_file(path: str | Path) -> dict[str, Any]:
