@@ -136,6 +136,19 @@ class FkJoinBadInputError(AirflowFailException):
     """The engine refused the spec or the input data (exit 2): retrying cannot help."""
 
 
+def parse_write_path(value: object) -> str:
+    """A rendered ``write_path`` argument, normalised: ``auto`` or ``merge`` (any case, spaces trimmed);
+    anything else is a bad input that names the argument.
+
+    >>> parse_write_path(" MERGE ")
+    'merge'
+    """
+    text = str(value).strip().lower()
+    if text not in WRITE_PATHS:
+        raise FkJoinBadInputError(f"write_path: expected one of {', '.join(WRITE_PATHS)}, got {value!r}")
+    return text
+
+
 class FkJoinRetryableError(AirflowException):
     """Another refresh of the same output committed first (exit 75): nothing was written; retry."""
 
@@ -351,10 +364,7 @@ class FkJoinHook(BaseHook):
         Every credential in the conf or ``env_vars`` is handed to Airflow's secrets masker here, so the
         task log hides it wherever it shows up (spark-submit echoing its conf, a JVM error message).
         """
-        if write_path not in WRITE_PATHS:
-            raise FkJoinBadInputError(
-                f"write_path: expected one of {', '.join(WRITE_PATHS)}, got {write_path!r}"
-            )
+        write_path = parse_write_path(write_path)
         connection = self.get_conn()
         master = _master_of(connection)
         deploy_mode = self._deploy_mode(connection)

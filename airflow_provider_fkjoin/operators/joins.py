@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import yaml
 from airflow.sdk import Asset, BaseOperator
 
-from airflow_provider_fkjoin.hooks.fkjoin import WRITE_PATHS, FkJoinBadInputError, FkJoinHook
+from airflow_provider_fkjoin.hooks.fkjoin import FkJoinBadInputError, FkJoinHook, parse_write_path
 from airflow_provider_fkjoin.links import (
     OUTPUT_TABLE_XCOM_KEY,
     SPARK_UI_XCOM_KEY,
@@ -286,11 +286,7 @@ class _FkJoinOperator(BaseOperator):
         spec = self.build_spec(context)
         self.validate_spec(spec)
         full_refresh = parse_flag(self.full_refresh, "full_refresh")
-        write_path = str(self.write_path).strip().lower()
-        if write_path not in WRITE_PATHS:
-            raise FkJoinBadInputError(
-                f"write_path: expected one of {', '.join(WRITE_PATHS)}, got {self.write_path!r}"
-            )
+        write_path = parse_write_path(self.write_path)
         self._spec = spec
         output = _table_path(spec.get("output"))
         if output:

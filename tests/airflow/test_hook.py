@@ -327,8 +327,13 @@ def test_run_with_write_path_merge_submits_the_option(spark_conn, fake_spark_sub
     FkJoinHook().run(SPEC, write_path="merge")
     assert fake_spark_submit.argv[-5:] == ["run", "--write-path", "merge", "--spec-json", SPEC_JSON]
     assert FkJoinHook().spark_submit_command(SPEC)[-3:] == ["run", "--spec-json", SPEC_JSON]
-    with pytest.raises(FkJoinBadInputError, match=r"write_path: expected one of auto, merge, got 'MERGE'"):
-        FkJoinHook().spark_submit_command(SPEC, write_path="MERGE")
+    assert FkJoinHook().spark_submit_command(SPEC, write_path=" MERGE ")[-5:-2] == [
+        "run",
+        "--write-path",
+        "merge",
+    ]
+    with pytest.raises(FkJoinBadInputError, match=r"write_path: expected one of auto, merge, got 'fast'"):
+        FkJoinHook().spark_submit_command(SPEC, write_path="fast")
 
 
 def test_run_with_full_refresh_submits_the_flag(spark_conn, fake_spark_submit):
