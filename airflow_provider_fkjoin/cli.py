@@ -79,6 +79,8 @@ def _cmd_demo(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from airflow_provider_fkjoin.engine import WRITE_PATHS
+
     parser = argparse.ArgumentParser(
         prog="fkjoin", description="Run an incremental join spec, show its progress, or run the demo."
     )
@@ -104,7 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     subs[0].add_argument(
         "--write-path",
-        choices=["auto", "merge"],
+        choices=WRITE_PATHS,
         default="auto",
         help="auto: commit net changes without MERGE where the engine can prove them (default); "
         "merge: always write with Delta's MERGE",

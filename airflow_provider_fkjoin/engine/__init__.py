@@ -34,9 +34,10 @@ from .watermarks import (
 if TYPE_CHECKING:
     from .runner import refresh_status, run_spec
     from .session import get_spark
-    from .spec import load_spec
+    from .spec import WRITE_PATHS, load_spec
 
 _LAZY = {
+    "WRITE_PATHS": ".spec",
     "get_spark": ".session",
     "load_spec": ".spec",
     "refresh_status": ".runner",
@@ -53,6 +54,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "WRITE_PATHS",
     "ConcurrentRefreshError",
     "FkJoinError",
     "InputDataError",

@@ -187,6 +187,10 @@ def transaction_app_id(output_identity: str) -> str:
 
 
 _COMMIT_LOCK = threading.RLock()
+#: The session settings through which a Delta DML commit carries our progress and transaction id.
+_USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
+_TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
+_TXN_VERSION = "spark.databricks.delta.write.txnVersion"
 
 
 @contextmanager
@@ -198,11 +202,7 @@ def commit_settings(spark: SparkSession, *, user_metadata: str, app_id: str, seq
     with _COMMIT_LOCK:
         yield from _with_commit_settings(
             spark,
-            {
-                "spark.databricks.delta.commitInfo.userMetadata": user_metadata,
-                "spark.databricks.delta.write.txnAppId": app_id,
-                "spark.databricks.delta.write.txnVersion": str(seq),
-            },
+            {_USER_METADATA: user_metadata, _TXN_APP_ID: app_id, _TXN_VERSION: str(seq)},
         )
 
 
@@ -211,30 +211,15 @@ def metadata_settings(spark: SparkSession, user_metadata: str) -> Iterator[None]
     """Session settings that make the next Delta commit carry our progress as its user metadata
     (a commit built by hand adds its own ``SetTransaction``). Commits sharing a session take turns."""
     with _COMMIT_LOCK:
-        yield from _with_commit_settings(
-            spark, {"spark.databricks.delta.commitInfo.userMetadata": user_metadata}
-        )
+        yield from _with_commit_settings(spark, {_USER_METADATA: user_metadata})
 
 
 @contextmanager
 def without_commit_metadata(spark: SparkSession) -> Iterator[None]:
     """No progress or transaction id in the session for the next commit (a compaction's OPTIMIZE),
     whatever another thread sharing the session is about to commit: commits take turns."""
-    keys = (
-        "spark.databricks.delta.commitInfo.userMetadata",
-        "spark.databricks.delta.write.txnAppId",
-        "spark.databricks.delta.write.txnVersion",
-    )
     with _COMMIT_LOCK:
-        previous = {key: spark.conf.get(key, None) for key in keys}
-        for key in keys:
-            spark.conf.unset(key)
-        try:
-            yield
-        finally:
-            for key, value in previous.items():
-                if value is not None:
-                    spark.conf.set(key, value)
+        yield from _with_commit_settings(spark, dict.fromkeys((_USER_METADATA, _TXN_APP_ID, _TXN_VERSION)))
 
 
 @contextmanager
@@ -243,10 +228,14 @@ def session_settings(spark: SparkSession, settings: dict[str, str]) -> Iterator[
     yield from _with_commit_settings(spark, settings)
 
 
-def _with_commit_settings(spark: SparkSession, settings: dict[str, str]) -> Iterator[None]:
+def _with_commit_settings(spark: SparkSession, settings: dict[str, str | None]) -> Iterator[None]:
+    """Set (or, for None, unset) each setting for the block, then restore what was there."""
     previous = {key: spark.conf.get(key, None) for key in settings}
     for key, value in settings.items():
-        spark.conf.set(key, value)
+        if value is None:
+            spark.conf.unset(key)
+        else:
+            spark.conf.set(key, value)
     try:
         yield
     finally:

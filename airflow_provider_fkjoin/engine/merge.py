@@ -85,11 +85,6 @@ class RunOptions:
     write_path: str = "auto"
 
 
-#: ``RunOptions.write_path`` values: ``auto`` commits net changes without MERGE where it can prove them
-#: right (:mod:`.change_writer`), ``merge`` always uses Delta's MERGE.
-WRITE_PATHS = ("auto", "merge")
-
-
 @dataclass
 class RefreshContext:
     """One refresh of one output, from its pinned inputs to its result: what every kind shares.

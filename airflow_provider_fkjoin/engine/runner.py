@@ -13,10 +13,10 @@ from .errors import SpecError
 from .expressions import row_errors
 from .fk_join import run_foreign_key_join
 from .global_table import run_global_table_bootstrap
-from .merge import WRITE_PATHS, RunOptions
+from .merge import RunOptions
 from .ownership import check_ownership
 from .session import get_spark
-from .spec import AnySpec, load_spec, spec_expressions, spec_fingerprint
+from .spec import WRITE_PATHS, AnySpec, load_spec, spec_expressions, spec_fingerprint
 from .stream_join import run_stream_table_join
 from .tables import DeltaHandle
 

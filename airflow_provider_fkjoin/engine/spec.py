@@ -454,6 +454,11 @@ Spec = Annotated[AnySpec, Field(discriminator="kind")]
 _SPEC_ADAPTER: TypeAdapter[AnySpec] = TypeAdapter(Spec)
 KINDS = ("foreign_key_join", "global_table_bootstrap", "stream_table_join")
 
+#: How a refresh may write its output (``run_spec(write_path=...)``, ``fkjoin run --write-path``, the
+#: operators' ``write_path``): ``auto`` commits net changes without MERGE where the engine can prove them
+#: right (:mod:`.change_writer`), ``merge`` always uses Delta's MERGE.
+WRITE_PATHS = ("auto", "merge")
+
 
 def _field_path(loc: tuple[Any, ...]) -> str:
     parts: list[str] = []

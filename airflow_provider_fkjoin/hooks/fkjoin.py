@@ -38,6 +38,7 @@ from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowNotFoundException
 from airflow.sdk.log import mask_secret
 
+from airflow_provider_fkjoin.engine import WRITE_PATHS
 from airflow_provider_fkjoin.jobs import FKJOIN_JOB_FILE
 from airflow_provider_fkjoin.jobs.fkjoin_job import APP_INFO_PREFIX, REDACTION_CONF, REDACTION_REGEX
 from airflow_provider_fkjoin.links import check_location, spark_ui_url
@@ -45,9 +46,6 @@ from airflow_provider_fkjoin.links import check_location, spark_ui_url
 DELTA_PACKAGE = "io.delta:delta-spark_4.2_2.13:4.4.0"
 EXIT_BAD_INPUT = 2
 EXIT_RETRY = 75
-#: ``write_path`` values (``fkjoin run --write-path``): net-change commits where the engine can prove
-#: them (``auto``), or always Delta's MERGE.
-WRITE_PATHS = ("auto", "merge")
 _ENGINE_DIR = Path(__file__).resolve().parents[1] / "engine"
 _LOCAL_MASTERS = ("local",)
 MASK = "******"
