@@ -15,6 +15,7 @@ executions (nested ones included) of each refresh.
 from __future__ import annotations
 
 import argparse
+import cProfile
 import json
 import shutil
 import statistics
@@ -34,6 +35,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--workdir", type=Path, default=HERE / "data" / "fixed_cost")
     p.add_argument("--master", default="local[2]")
     p.add_argument("--write-path", choices=["auto", "merge"], default="auto")
+    p.add_argument("--profile", action="store_true", help="cProfile each refresh to WORKDIR/profile-N.pstats")
     p.add_argument("--json-out", type=Path, default=None)
     p.add_argument("--conf", action="append", default=[], help="extra Spark conf KEY=VALUE (repeatable)")
     return p.parse_args(argv)
@@ -46,6 +48,25 @@ def _timings(fn, repeat: int) -> list[float]:
         fn()
         out.append(round(time.perf_counter() - started, 3))
     return out
+
+
+def _duration_ms(execution) -> int:
+    done = execution.completionTime()
+    return int(done.get().getTime()) - int(execution.submissionTime()) if done.isDefined() else 0
+
+
+def _is_top_level(execution) -> bool:
+    return int(execution.rootExecutionId()) == int(execution.executionId())
+
+
+def _describe(execution, started_ms: float) -> str:
+    """``+offset ms, duration ms, description (jobs)``; nested executions are indented."""
+    offset = int(execution.submissionTime() - started_ms)
+    nested = "" if _is_top_level(execution) else "  "
+    return (
+        f"{nested}+{offset}ms {_duration_ms(execution)}ms {execution.description()[:80]} "
+        f"({execution.jobs().size()} jobs)"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -100,14 +121,23 @@ def main(argv: list[str] | None = None) -> int:
         spark.sql(f"UPDATE delta.`{customers}` SET name = concat(name, 'x') WHERE customer_id = {50 + index}")
         jobs_before, before = settled()
         last_before = max((int(e.executionId()) for e in before), default=-1)
-        started = time.perf_counter()
+        started, started_ms = time.perf_counter(), time.time() * 1000
+        if args.profile:
+            profiler = cProfile.Profile()
+            profiler.enable()
         result = run_spec(spec, spark=spark, write_path=args.write_path)
         wall = round(time.perf_counter() - started, 3)
+        if args.profile:
+            profiler.disable()
+            profiler.dump_stats(str(args.workdir / f"profile-{index}.pstats"))
         jobs_after, after = settled()
         executions = [e for e in after if int(e.executionId()) > last_before]
         refreshes.append(
             {
-                "executions": [f"{e.description()[:90]} ({e.jobs().size()} jobs)" for e in executions],
+                "executions": [_describe(e, started_ms) for e in executions],
+                "top_level_execution_s": round(
+                    sum(_duration_ms(e) for e in executions if _is_top_level(e)) / 1000, 3
+                ),
                 "wall_s": wall,
                 "spark_jobs": jobs_after - jobs_before,
                 "sql_executions": len(executions),

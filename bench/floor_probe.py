@@ -1,0 +1,321 @@
+#!/usr/bin/env python
+"""Probe: the least any Spark-and-Delta incremental refresh of a foreign-key join can cost here.
+
+An incremental refresh that follows the write-path issue's design must, at the least, read both change
+feeds, scan the left table's foreign keys for the left rows of changed right keys, read the output's
+key column to find the rows to replace, and write the new rows in one Delta commit. This probe does
+exactly those reads and that write with Spark's own Delta reader and writer, nothing else (no duplicate
+checks, no proof, no deletion vectors, no change data), after each batch of input changes, so every
+read meets new table versions as a real refresh does. It runs them two ways:
+
+* ``separate``: one Spark action per read (feeds, left scan, output keys), then the write;
+* ``one_action``: the same reads as a single action (their counts cross-joined), then the write;
+
+and, in the same session and on the same kind of batch, the engine's own refresh and a full recompute
+(read both tables, join, overwrite). The floor is what the engine's refresh could at best shrink to on
+this machine with this stack; if it is above a target, no redesign of the engine's pipeline meets it.
+
+    .venv/bin/python bench/floor_probe.py --left-rows 1000000 --right-rows 100000 \\
+        --change-left 10000 --change-right 1000 --repeat 3 --json-out bench/results_floor_1m.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(HERE))
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--left-rows", type=int, default=1000)
+    p.add_argument("--right-rows", type=int, default=100)
+    p.add_argument("--change-left", type=int, default=1, help="left rows updated per batch")
+    p.add_argument("--change-right", type=int, default=1, help="right rows updated per batch")
+    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--workdir", type=Path, default=HERE / "data" / "floor")
+    p.add_argument("--master", default="local[2]")
+    p.add_argument(
+        "--left-columns",
+        choices=["all", "keys"],
+        default="all",
+        help="the floor's left scan reads every column, or only the key and foreign key (a lower bound for "
+        "any way of finding the affected keys; the rows written then carry nulls for the other columns)",
+    )
+    p.add_argument(
+        "--data",
+        choices=["narrow", "bench"],
+        default="narrow",
+        help="narrow: 4-column tables, a one-commit batch per side; bench: bench_fk_join's own tables and "
+        "change batches (datagen.py, inner join), so the figures compare with its recompute",
+    )
+    p.add_argument("--json-out", type=Path, default=None)
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    from delta.tables import DeltaTable
+    from pyspark.sql import functions as F
+
+    from airflow_provider_fkjoin.engine import get_spark, run_spec
+
+    spark = get_spark(args.master, {"spark.sql.shuffle.partitions": "8", "spark.driver.memory": "8g"})
+    spark.sparkContext.setLogLevel("ERROR")
+    shutil.rmtree(args.workdir, ignore_errors=True)
+    args.workdir.mkdir(parents=True)
+    props = {"delta.enableChangeDataFeed": "true", "delta.enableDeletionVectors": "true"}
+    candidates = ("engine refresh", "floor, separate actions", "floor, one action", "full recompute")
+
+    def write(frame, path: str, mode: str = "errorifexists") -> None:
+        writer = frame.write.format("delta").mode(mode)
+        for key, value in props.items():
+            writer = writer.option(key, value)
+        writer.save(path)
+
+    # Each candidate has its own copy of the inputs, and every batch goes to every copy: each reads only
+    # the one batch it is timed on, and meets table versions no other candidate has read (no warm caches).
+    copies = {name: args.workdir / f"c{i}" for i, name in enumerate(candidates)}
+    if args.data == "bench":
+        import bench_fk_join
+        import datagen
+
+        base = datagen.ensure_base_tables(spark, HERE / "data", args.left_rows, args.right_rows)
+    for root in copies.values():
+        if args.data == "bench":
+            datagen.copy_table(base.left, root / "orders")
+            datagen.copy_table(base.right, root / "customers")
+            continue
+        write(
+            spark.range(args.right_rows).selectExpr(
+                "id AS customer_id", "concat('c', id) AS name", "concat('r', id % 8) AS region"
+            ),
+            str(root / "customers"),
+        )
+        write(
+            spark.range(args.left_rows).selectExpr(
+                "id AS order_id",
+                f"id % {args.right_rows} AS customer_id",
+                "id * 1.5 AS amount",
+                "concat('s', id % 6) AS status",
+            ),
+            str(root / "orders"),
+        )
+
+    def paths(name: str) -> dict[str, str]:
+        root = copies[name]
+        return {n: str(root / n) for n in ("orders", "customers", "out")}
+
+    def spec_for(name: str) -> dict:
+        p = paths(name)
+        spec = {
+            "kind": "foreign_key_join",
+            "left": {"path": p["orders"], "key": ["order_id"]},
+            "right": {"path": p["customers"], "key": ["customer_id"]},
+            "foreign_key": ["customer_id"],
+            "how": "left",
+            "output": {"path": p["out"]},
+        }
+        if args.data == "bench":
+            spec = bench_fk_join.make_spec(Path(p["orders"]), Path(p["customers"]), Path(p["out"]))
+        return spec
+
+    run_spec(spec_for("engine refresh"), spark=spark)
+    for name in ("floor, separate actions", "floor, one action"):
+        run_spec(spec_for(name), spark=spark)  # the floor appends to an output of the same size
+    how = spec_for("engine refresh")["how"]
+    output_columns = spark.read.format("delta").load(paths("engine refresh")["out"]).schema
+    left_step = max(args.left_rows // max(args.change_left, 1), 1)
+    right_step = max(args.right_rows // max(args.change_right, 1), 1)
+
+    def latest(path: str) -> int:
+        return DeltaTable.forPath(spark, path).history(1).first()["version"]
+
+    def change_inputs(i: int) -> dict[str, tuple[int, int, int, int]]:
+        """Batch ``i`` on every copy; returns each copy's versions (orders from, to, customers from, to).
+
+        narrow: ``change_left`` orders and ``change_right`` customers updated, spread over the keys, one
+        commit each; bench: ``bench_fk_join``'s batch (datagen: updates, deletes, inserts, FK changes)."""
+        versions = {}
+        for name in candidates:
+            p = paths(name)
+            before = (latest(p["orders"]), latest(p["customers"]))
+            if args.data == "bench":
+                datagen.apply_right_changes(
+                    spark, Path(p["customers"]), args.right_rows, args.change_right, i
+                )
+                datagen.apply_left_changes(
+                    spark,
+                    Path(p["orders"]),
+                    args.left_rows,
+                    args.right_rows,
+                    args.change_left,
+                    args.change_right,
+                    i,
+                )
+            else:
+                spark.sql(
+                    f"UPDATE delta.`{p['orders']}` SET amount = amount + 1 "
+                    f"WHERE order_id % {left_step} = {i % left_step}"
+                )
+                spark.sql(
+                    f"UPDATE delta.`{p['customers']}` SET name = concat(name, 'x') "
+                    f"WHERE customer_id % {right_step} = {i % right_step}"
+                )
+            versions[name] = (before[0] + 1, latest(p["orders"]), before[1] + 1, latest(p["customers"]))
+        return versions
+
+    def feed(path: str, start: int, end: int):
+        return (
+            spark.read.format("delta")
+            .option("readChangeFeed", "true")
+            .option("startingVersion", start)
+            .option("endingVersion", end)
+            .load(path)
+        )
+
+    def reads(p: dict[str, str], lf: int, lv: int, rf: int, rv: int):
+        """The reads every incremental refresh needs, as lazy frames (nothing runs here)."""
+        left_keys = feed(p["orders"], lf, lv).select("order_id").distinct()
+        right_keys = feed(p["customers"], rf, rv).select("customer_id").distinct()
+        left = spark.read.format("delta").option("versionAsOf", lv).load(p["orders"])
+        if args.left_columns == "keys":
+            left = left.select("order_id", "customer_id")
+        affected = left.join(F.broadcast(left_keys), "order_id", "left_semi").unionByName(
+            left.join(F.broadcast(right_keys), "customer_id", "left_semi")
+        )
+        keys = (
+            spark.read.format("delta")
+            .load(p["out"])
+            .select("order_id", "_metadata.file_path", "_metadata.row_index")
+        )
+        return left_keys, right_keys, affected, keys
+
+    def new_rows(p: dict[str, str], affected, rv: int):
+        right = spark.read.format("delta").option("versionAsOf", rv).load(p["customers"])
+        joined = affected.join(right, "customer_id", how)
+        return joined.select(
+            *[
+                F.col(f.name) if f.name in joined.columns else F.lit(None).cast(f.dataType).alias(f.name)
+                for f in output_columns.fields
+            ]
+        )
+
+    def timed(fn) -> float:
+        started = time.perf_counter()
+        fn()
+        return round(time.perf_counter() - started, 3)
+
+    def floor_separate(p: dict[str, str], lf: int, lv: int, rf: int, rv: int) -> dict:
+        steps: dict[str, float] = {}
+        started = time.perf_counter()
+        left_keys, right_keys, affected, keys = reads(p, lf, lv, rf, rv)
+        left_keys, right_keys = left_keys.persist(), right_keys.persist()
+        steps["left feed"] = timed(left_keys.count)
+        steps["right feed"] = timed(right_keys.count)
+        affected = affected.persist()
+        steps["left scan (rows of changed keys and FKs)"] = timed(affected.count)
+        located = keys.join(F.broadcast(affected.select("order_id")), "order_id", "left_semi")
+        steps["output key scan"] = timed(located.count)
+        written = new_rows(p, affected, rv)
+        steps["write (append, one WRITE commit)"] = timed(
+            lambda: written.write.format("delta").mode("append").save(p["out"])
+        )
+        for frame in (left_keys, right_keys, affected):
+            frame.unpersist()
+        return {"wall_s": round(time.perf_counter() - started, 3), "steps_s": steps}
+
+    def floor_one_action(p: dict[str, str], lf: int, lv: int, rf: int, rv: int) -> dict:
+        steps: dict[str, float] = {}
+        started = time.perf_counter()
+        left_keys, right_keys, affected, keys = reads(p, lf, lv, rf, rv)
+        affected = affected.persist()
+        located = keys.join(F.broadcast(affected.select("order_id")), "order_id", "left_semi")
+        counts = (
+            left_keys.agg(F.count("*").alias("l"))
+            .crossJoin(right_keys.agg(F.count("*").alias("r")))
+            .crossJoin(located.agg(F.count("*").alias("o")))
+        )
+        steps["feeds + left scan + output key scan, one action"] = timed(counts.collect)
+        written = new_rows(p, affected, rv)
+        steps["write (append, one WRITE commit)"] = timed(
+            lambda: written.write.format("delta").mode("append").save(p["out"])
+        )
+        affected.unpersist()
+        return {"wall_s": round(time.perf_counter() - started, 3), "steps_s": steps}
+
+    def engine_refresh(p: dict[str, str], lf: int, lv: int, rf: int, rv: int) -> dict:
+        started = time.perf_counter()
+        result = run_spec(spec_for("engine refresh"), spark=spark)
+        return {
+            "wall_s": round(time.perf_counter() - started, 3),
+            "write_path": result.get("write_path"),
+            "rows": {k: result["rows"][k] for k in ("inserted", "updated", "deleted")},
+        }
+
+    def recompute(p: dict[str, str], lf: int, lv: int, rf: int, rv: int) -> dict:
+        if args.data == "bench":
+            seconds = bench_fk_join.full_recompute(
+                spark, Path(p["orders"]), Path(p["customers"]), Path(p["out"]), lv, rv
+            )
+            return {"wall_s": round(seconds, 3)}
+        started = time.perf_counter()
+        joined = (
+            spark.read.format("delta")
+            .option("versionAsOf", lv)
+            .load(p["orders"])
+            .join(
+                spark.read.format("delta").option("versionAsOf", rv).load(p["customers"]),
+                "customer_id",
+                "left",
+            )
+        )
+        joined.write.format("delta").mode("overwrite").save(p["out"])
+        return {"wall_s": round(time.perf_counter() - started, 3)}
+
+    runners = {
+        "engine refresh": engine_refresh,
+        "floor, separate actions": floor_separate,
+        "floor, one action": floor_one_action,
+        "full recompute": recompute,
+    }
+    results: dict[str, list[dict]] = {name: [] for name in candidates}
+    for index in range(args.warmup + args.repeat):
+        versions = change_inputs(index)
+        for name in candidates:
+            measured = runners[name](paths(name), *versions[name])
+            label = "warm-up" if index < args.warmup else "timed"
+            print(f"[floor] #{index + 1} ({label}) {name}: {measured}", flush=True)
+            if index >= args.warmup:
+                results[name].append(measured)
+    report = {
+        "command": " ".join(sys.argv),
+        "left_rows": args.left_rows,
+        "right_rows": args.right_rows,
+        "change_left": args.change_left,
+        "change_right": args.change_right,
+        "left_columns": args.left_columns,
+        "data": args.data,
+        "median_wall_s": {
+            name: statistics.median(r["wall_s"] for r in runs) for name, runs in results.items()
+        },
+        "runs": results,
+    }
+    print(json.dumps(report["median_wall_s"], indent=1))
+    if args.json_out:
+        args.json_out.write_text(json.dumps(report, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
