@@ -113,8 +113,9 @@ class RefreshContext:
         """The last refresh's progress, if the output's log holds one."""
         return self.log.progress
 
-    def request(self, mode: str, reason: str) -> CommitRequest:
-        """The identity of the refresh commit that follows the last one: next seq, progress, txn id."""
+    def request(self, mode: str, reason: str, extra: dict[str, Any] | None = None) -> CommitRequest:
+        """The identity of the refresh commit that follows the last one: next seq, progress, txn id.
+        ``extra`` is kind-specific progress the next refresh reads back (``Progress.extra``)."""
         seq = self.log.last_seq + 1
         metadata, token = new_progress_metadata(
             seq=seq,
@@ -123,6 +124,7 @@ class RefreshContext:
             mode=mode,
             inputs=self.consumed,
             reason=reason,
+            extra=extra,
         )
         return CommitRequest(
             metadata, token, self.log.app_id, seq, self.ownership.owner, self.ownership.claim

@@ -24,6 +24,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     TypeAdapter,
@@ -36,6 +37,8 @@ from .errors import SpecError
 from .locations import is_within, location_identity, normalise_location
 
 RESERVED_PREFIX = "_fkjoin_"
+#: The column a stream-mode windowed join adds to its output: the pair's later event time.
+EVENT_TIME = "event_time"
 _CATALOG_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*){0,2}$")
 _FORBIDDEN_IN_NAMES = re.compile(r"[`\x00-\x1f\x7f]")
 
@@ -449,10 +452,169 @@ class StreamTableJoinSpec(_KindSpec):
         return {"broadcast_limit_bytes", "allow_unbootstrapped_table", "allow_full_replace"}
 
 
-AnySpec = ForeignKeyJoinSpec | GlobalTableBootstrapSpec | StreamTableJoinSpec
+_DURATION = re.compile(r"^\s*(-?\d+)\s*(ms|s|m|h|d)\s*$")
+_DURATION_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def parse_duration(value: Any) -> int:
+    """A duration in milliseconds: an integer is ms; a string is ``<n><unit>`` with unit ms, s, m, h or d.
+
+    >>> parse_duration(1500), parse_duration("10s"), parse_duration("-7d")
+    (1500, 10000, -604800000)
+    """
+    if isinstance(value, bool):
+        raise ValueError("is a boolean; give milliseconds (an integer) or a string like '10s', '5m', '2h'")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str):
+        found = _DURATION.match(value)
+        if found:
+            return int(found.group(1)) * _DURATION_MS[found.group(2)]
+    raise ValueError(
+        f"{value!r} is not a duration; give milliseconds (an integer) or a string like '250ms', '10s', "
+        "'5m', '2h', '7d'"
+    )
+
+
+Duration = Annotated[int, BeforeValidator(parse_duration)]
+
+
+class JoinWindow(_Strict):
+    """Kafka's ``JoinWindows``: a right row joins a left row at ``t`` when its time is in
+    ``[t - before, t + after]``; ``grace`` is how long after a window ends late rows are still awaited.
+
+    ``before`` or ``after`` may be negative (a window that does not contain ``t``), not both: their sum
+    is the window's length and must be at least 0.
+    """
+
+    before: Duration
+    after: Duration
+    grace: Duration = 0
+
+    @model_validator(mode="after")
+    def _sane(self) -> JoinWindow:
+        if self.before + self.after < 0:
+            raise ValueError(
+                f"before ({self.before} ms) + after ({self.after} ms) is negative: the window is inverted "
+                "and can never match; make their sum 0 or more"
+            )
+        if self.grace < 0:
+            raise ValueError(f"grace is {self.grace} ms; it must be 0 or more")
+        return self
+
+    @property
+    def retention(self) -> int:
+        """How long a side keeps a row for matching after the side's observed time (Kafka's window store
+        retention): ``before + after + grace``."""
+        return self.before + self.after + self.grace
+
+
+class EventStreamRef(TableRef):
+    """An append-only Delta table of events for a stream-mode windowed join: the join ``key`` (rows with a
+    null key part never join), the event ``time`` column (TIMESTAMP, DATE or epoch-ms BIGINT) and
+    ``order_by``, the columns that order rows written in one Delta commit (an offset, say)."""
+
+    key: list[str] = Field(min_length=1)
+    time: str
+    order_by: list[str] = Field(default_factory=list)
+
+    @field_validator("order_by", mode="before")
+    @classmethod
+    def _order_list(cls, value: Any) -> Any:
+        return [value] if isinstance(value, str) else value
+
+    @field_validator("key", "order_by")
+    @classmethod
+    def _names_ok(cls, value: list[str]) -> list[str]:
+        for column in value:
+            check_column_name(column)
+        if len(set(value)) != len(value):
+            raise ValueError("lists a column twice")
+        return value
+
+    @field_validator("time")
+    @classmethod
+    def _time_ok(cls, value: str) -> str:
+        return check_column_name(value)
+
+
+class WindowedJoinSpec(_KindSpec):
+    """A windowed join (``reference/windowed_self_multiway.md``). ``mode: stream`` is Kafka's
+    KStream-KStream join with ``JoinWindows`` over two append-only event tables; its output is
+    append-only, one row per joined pair or unmatched row, with an ``event_time`` column.
+
+    Example::
+
+        {"kind": "windowed_join", "mode": "stream",
+         "left": {"path": "/w/impressions", "key": ["ad_id"], "time": "shown_at", "order_by": ["offset"]},
+         "right": {"path": "/w/clicks", "key": ["ad_id"], "time": "clicked_at"},
+         "window": {"before": "1h", "after": "1h", "grace": "10m"}, "how": "left",
+         "output": {"path": "/w/ad_clicks"}}
+    """
+
+    kind: Literal["windowed_join"]
+    mode: Literal["stream"]
+    left: EventStreamRef
+    right: EventStreamRef
+    window: JoinWindow
+    how: Literal["inner", "left", "outer"] = "inner"
+    late_unmatched: Literal["respect_grace", "emit_immediately"] = "respect_grace"
+    columns: dict[str, str] | None = None
+    allow_full_replace: bool = False
+    output: OutputRef
+
+    @field_validator("columns")
+    @classmethod
+    def _columns_ok(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        if value is None:
+            return value
+        if not value:
+            raise ValueError("is empty: leave it out for the default projection")
+        for name, expression in value.items():
+            check_column_name(name)
+            if not expression.strip():
+                raise ValueError(f"{name}: expression is empty")
+        if EVENT_TIME in value:
+            raise ValueError(
+                f"{EVENT_TIME}: the output always has an {EVENT_TIME!r} column (the pair's later time); "
+                "name this column differently"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> WindowedJoinSpec:
+        if len(self.left.key) != len(self.right.key):
+            raise ValueError(
+                f"left.key {self.left.key} and right.key {self.right.key} have different lengths: the sides "
+                "join on their keys, part by part"
+            )
+        check_distinct_locations(self.output, dict(self.inputs()))
+        return self
+
+    @property
+    def same_table(self) -> bool:
+        """Whether both sides are one table read the same way (Kafka's ``stream.join(stream)``): each row
+        is then processed as a left row and then as a right row."""
+        return (
+            self.left.identity == self.right.identity
+            and self.left.key == self.right.key
+            and self.left.time == self.right.time
+            and self.left.order_by == self.right.order_by
+        )
+
+    def inputs(self) -> dict[str, TableRef]:
+        """The input tables by side name, in the order they appear in results."""
+        return {"left": self.left, "right": self.right}
+
+    def tuning_fields(self) -> set[str]:
+        """Tuning fields that do not change the output's content (left out of the fingerprint)."""
+        return {"allow_full_replace"}
+
+
+AnySpec = ForeignKeyJoinSpec | GlobalTableBootstrapSpec | StreamTableJoinSpec | WindowedJoinSpec
 Spec = Annotated[AnySpec, Field(discriminator="kind")]
 _SPEC_ADAPTER: TypeAdapter[AnySpec] = TypeAdapter(Spec)
-KINDS = ("foreign_key_join", "global_table_bootstrap", "stream_table_join")
+KINDS = ("foreign_key_join", "global_table_bootstrap", "stream_table_join", "windowed_join")
 
 #: How a refresh may write its output (``run_spec(write_path=...)``, ``fkjoin run --write-path``, the
 #: operators' ``write_path``): ``auto`` commits net changes without MERGE where the engine can prove them

@@ -1,0 +1,120 @@
+"""Engine-owned state tables: Delta tables the engine keeps beside an output between refreshes.
+
+Some joins carry rows from one refresh to the next that are not output (a windowed join's pending
+unmatched rows). They live in a Delta table at ``<output location>_fkjoin_state/<name>``, beside the
+output (inside it, the first refresh could not create the output: its folder would not be empty). Every
+state commit names the output it belongs to, and a state location holding anything else is refused. The
+output commit records the state version it goes with; a refresh reads exactly that version, so a state
+commit whose refresh then failed is ignored.
+
+    >>> state = StateTable(output)
+    >>> version = state.write(pending_rows)
+    >>> state.read(version).count()
+    7
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+from delta.tables import DeltaTable
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from . import internals
+from .errors import ConcurrentRefreshError, SpecError
+from .locations import local_path
+from .tables import DeltaHandle
+
+
+def _holds_anything(spark, path: str) -> bool:
+    local = local_path(path)
+    if local is not None:
+        from pathlib import Path
+
+        folder = Path(local)
+        return folder.exists() and (not folder.is_dir() or any(folder.iterdir()))
+    return internals.path_has_files(spark, path)
+
+
+STATE_SUFFIX = "_fkjoin_state"
+MARKER = "_fkjoin_write"
+
+
+class StateTable:
+    """One state table of an output (see the module docstring)."""
+
+    def __init__(self, output: DeltaHandle, name: str = "pending") -> None:
+        self.spark = output.spark
+        self.output = output
+        self.name = name
+
+    @property
+    def path(self) -> str:
+        return f"{self.output.storage_path().rstrip('/')}{STATE_SUFFIX}/{self.name}"
+
+    def readable(self, version: int) -> bool:
+        """Whether the table exists and can be read at ``version``."""
+        try:
+            self.read(version).schema  # noqa: B018 - analysis resolves the version
+        except Exception:  # a missing table, a version gone from the log: the caller rebuilds
+            return False
+        return True
+
+    def _history(self, limit: int) -> list:
+        return (
+            DeltaTable.forPath(self.spark, self.path)
+            .history(limit)
+            .select("version", "userMetadata")
+            .collect()
+        )
+
+    def _require_ours(self, owner: str) -> None:
+        """Refuse a state location that holds something other than this output's state."""
+        if not _holds_anything(self.spark, self.path):
+            return
+        latest = self._history(1) if DeltaTable.isDeltaTable(self.spark, self.path) else []
+        metadata = json.loads(latest[0]["userMetadata"] or "{}") if latest else {}
+        if metadata.get("output") != owner:
+            raise SpecError(
+                f"output {self.output.location}: its state location {self.path} holds data that is not this "
+                "output's join state; move that data, or write the output to another location"
+            )
+
+    def read(self, version: int) -> DataFrame:
+        """The rows written at ``version`` (without the write's marker row)."""
+        stored = self.spark.read.format("delta").option("versionAsOf", version).load(self.path)
+        return stored.where(F.col(MARKER).isNull()).drop(MARKER)
+
+    def write(self, rows: DataFrame) -> int:
+        """Replace the table's rows with ``rows`` (schema included) in one commit; returns its version.
+
+        The commit is found again by a token in its metadata, so the version returned is this write's
+        even when another refresh writes the same state table at the same time.
+        """
+        token = uuid.uuid4().hex
+        owner = self.output.ref.identity
+        self._require_ours(owner)
+        # A marker row makes every write a commit: Delta may skip an overwrite that changes nothing.
+        marker = self.spark.range(1).select(
+            *[F.lit(None).cast(field.dataType).alias(field.name) for field in rows.schema.fields],
+            F.lit(token).alias(MARKER),
+        )
+        (
+            rows.withColumn(MARKER, F.lit(None).cast("string"))
+            .unionByName(marker)
+            .write.format("delta")
+            .mode("overwrite")
+            .option("overwriteSchema", "true")
+            .option("userMetadata", json.dumps({"fkjoin_state": token, "output": owner}))
+            .save(self.path)
+        )
+        for row in self._history(20):
+            if row["userMetadata"] and token in row["userMetadata"]:
+                return int(row["version"])
+        raise ConcurrentRefreshError(
+            f"state table {self.path} of output {self.output.location}: the state this refresh wrote is not "
+            "in the table's recent history (other refreshes wrote it too); nothing was written to the "
+            "output. Retry."
+        )

@@ -1,0 +1,707 @@
+"""The stream-stream windowed join (Kafka's KStream-KStream join with ``JoinWindows``), one refresh at a time.
+
+The semantics are ``reference/windowed_self_multiway.md`` §1: Kafka processes records one by one; a
+refresh here processes the rows appended to both inputs since the last refresh *as if* one by one, in
+the reference's order, but computes every outcome with joins and window functions over all of them:
+
+1. **Order** (§1.1). Each input's new rows are numbered by (Delta commit version, ``order_by``, a row
+   hash): ``pos``. Their running maximum event time ``m`` merges the two inputs: a row's global rank is
+   ``(m, side, pos)`` (Kafka's "take the input whose head has the smaller timestamp"), or ``(pos, side)``
+   when both sides are one table (each row is processed as a left row, then as a right row).
+2. **Times** (§1.2). Stream time at a row is ``max(previous stream time, m)``: every earlier row has a
+   running maximum at most ``m``. A side's observed time at a row is a running maximum over that side's
+   non-null-key rows in global order (one window pass over the new rows' narrow columns).
+3. **Pairs** (§1.3 step 4). A new row ``x`` joins every row ``o`` of the other side with the same key that
+   came before it (an earlier refresh's row, or an earlier rank) whose time is in ``x``'s band (Kafka's
+   clamped ``[t - before, t + after]`` for a left row, ``[t - after, t + before]`` for a right row) and
+   that had not expired: ``o.t >= observed(other side at x) - retention + 1``. Each pair is found once,
+   from its later member. Earlier rows come from the input at its consumed version, limited to the
+   retention window: the window stores are the inputs themselves.
+4. **Unmatched rows** (left and outer joins; §1.3 steps 2, 3 and 5). A null-key row of an outer side is
+   emitted at once. A row of an outer side that matched nothing on arrival is emitted at once when its
+   window has closed (``t + lookback (+ grace) < stream time``), else it is *pending*. A pending row (new,
+   or carried from earlier refreshes) ends at the first later row that matches it (then it never appears
+   unmatched) or at the first *trigger* (a non-null row whose time equals stream time) at which stream
+   time passes ``t + lookback + grace``, whichever comes first (a trigger closes before it joins): then
+   it is emitted unmatched. Otherwise it stays pending.
+
+State between refreshes: stream time and each side's observed time ride in the output commit's progress;
+pending rows live in an engine-owned Delta table inside the output's folder (``_fkjoin_state``, which
+Delta's VACUUM of the output skips). Each refresh rewrites the state table first, then appends to the
+output with a commit recording that state version, so a crash between the two commits leaves the state
+version the output names untouched, and the rerun starts from it.
+
+Example::
+
+    run_windowed_stream_join(load_spec({"kind": "windowed_join", "mode": "stream",
+        "left": {"path": "/w/impressions", "key": ["ad_id"], "time": "shown_at", "order_by": ["offset"]},
+        "right": {"path": "/w/clicks", "key": ["ad_id"], "time": "clicked_at"},
+        "window": {"before": "1h", "after": "1h", "grace": "10m"}, "how": "left",
+        "output": {"path": "/w/ad_clicks"}}), spark, options)
+    # {"mode": "incremental", "rows": {"inserted": 42, "pairs": 40, "unmatched": 2, "pending": 7, ...}}
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark import StorageLevel
+from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from .changes import read_feed
+from .errors import FullRebuildRefusedError, InputDataError, SpecError
+from .expressions import check_expressions, schema_probe
+from .merge import Commit, RefreshContext, RunOptions, append_output, begin_refresh
+from .planning import InputState, RebuildRequired, RefreshPlan, schema_columns
+from .spec import EVENT_TIME, EventStreamRef, WindowedJoinSpec, quote
+from .state_tables import StateTable
+from .tables import DeltaHandle, TableState, analysed, input_frame, require_columns
+from .trace import phase
+
+SIDES = ("left", "right")
+_SIDE = "_fkjoin_side"  # 0: left, 1: right
+_POS = "_fkjoin_pos"
+_T = "_fkjoin_t"
+_M = "_fkjoin_m"
+_NULL = "_fkjoin_knull"
+_LEFT_ROW, _RIGHT_ROW = "_fkjoin_l", "_fkjoin_r"
+_G = "_fkjoin_g"
+#: A row's rank in a refresh's processing order (a struct compares field by field); null for a row of an
+#: earlier refresh, which comes before every new row.
+_RANK_TYPE = T.StructType(
+    [T.StructField("a", T.LongType()), T.StructField("b", T.LongType()), T.StructField("c", T.LongType())]
+)
+_VERSION = "_fkjoin_version"
+_ST = "_fkjoin_st"
+_OBS = ("_fkjoin_obs_l", "_fkjoin_obs_r")
+_OBS_OTHER = "_fkjoin_obs_other"
+#: The extra progress a stream-mode refresh records: stream time, observed times, state version.
+STATE_EXTRA = "windowed_stream"
+
+
+def _key_column(index: int) -> str:
+    return f"_fkjoin_k{index}"
+
+
+def epoch_ms(column: Column, data_type: T.DataType) -> Column:
+    """An event-time column as epoch milliseconds (BIGINT): TIMESTAMP to the millisecond, DATE at midnight
+    UTC, BIGINT/INT as given."""
+    if isinstance(data_type, T.TimestampType):
+        return F.floor(F.unix_micros(column) / 1000).cast("long")
+    if isinstance(data_type, T.DateType):
+        return (F.unix_date(column).cast("long") * F.lit(86_400_000)).cast("long")
+    return column.cast("long")
+
+
+_TIME_TYPES = (T.TimestampType, T.DateType, T.LongType, T.IntegerType)
+
+
+@dataclass(frozen=True)
+class StreamShape:
+    """The join's columns, checked against both inputs' live schemas (no data read)."""
+
+    left_schema: T.StructType
+    right_schema: T.StructType
+    time_type: T.DataType
+    projection: list[Column]
+    output_columns: list[str]
+
+
+def resolve_shape(
+    spec: WindowedJoinSpec, handles: dict[str, DeltaHandle], frames: dict[str, DataFrame]
+) -> StreamShape:
+    """Check keys, time and order columns and the projection; SpecError naming the field otherwise."""
+    refs: dict[str, EventStreamRef] = {"left": spec.left, "right": spec.right}
+    types: dict[str, dict[str, T.DataType]] = {}
+    for side in SIDES:
+        ref, handle, schema = refs[side], handles[side], frames[side].schema
+        names = [f.name for f in schema.fields]
+        require_columns(names, ref.key, f"{side}.key", handle)
+        require_columns(names, [ref.time], f"{side}.time", handle)
+        require_columns(names, ref.order_by, f"{side}.order_by", handle)
+        types[side] = {f.name: f.dataType for f in schema.fields}
+        time_type = types[side][ref.time]
+        if not isinstance(time_type, _TIME_TYPES):
+            raise SpecError(
+                f"{side}.time: column {ref.time!r} of {side} table {handle.location} is "
+                f"{time_type.simpleString()}; an event time must be TIMESTAMP, DATE or epoch milliseconds "
+                "(BIGINT)"
+            )
+    left_time, right_time = types["left"][spec.left.time], types["right"][spec.right.time]
+    if left_time != right_time:
+        raise SpecError(
+            f"right.time: column {spec.right.time!r} is {right_time.simpleString()} but left.time "
+            f"{spec.left.time!r} is {left_time.simpleString()}; both event times must have one type (the "
+            "output's event_time has it), so cast one side in a view written to a Delta table"
+        )
+    for index, (lk, rk) in enumerate(zip(spec.left.key, spec.right.key, strict=True)):
+        if types["left"][lk] != types["right"][rk]:
+            raise SpecError(
+                f"right.key[{index}]: column {rk!r} is {types['right'][rk].simpleString()} but left.key "
+                f"{lk!r} is {types['left'][lk].simpleString()}; keys compare by exact value, so both must "
+                "have one type"
+            )
+    left_schema, right_schema = frames["left"].schema, frames["right"].schema
+    if spec.columns is None:
+        left_values = [c for c in left_schema.names if c not in spec.left.key]
+        right_values = [c for c in right_schema.names if c not in spec.right.key]
+        names = list(spec.left.key) + left_values + right_values
+        clash = sorted({c for c in names if names.count(c) > 1} | ({EVENT_TIME} & set(names)))
+        if clash:
+            raise SpecError(
+                f"columns: the default projection (the key, every left column, then every right column, "
+                f"and {EVENT_TIME}) has {clash} twice; set 'columns' to name the output columns, e.g. "
+                f"columns: {{right_{clash[0]}: r.{clash[0]}}}"
+            )
+        projection = [
+            F.coalesce(F.col(f"l.{quote(lk)}"), F.col(f"r.{quote(rk)}")).alias(lk)
+            for lk, rk in zip(spec.left.key, spec.right.key, strict=True)
+        ]
+        projection += [F.col(f"l.{quote(c)}").alias(c) for c in left_values]
+        projection += [F.col(f"r.{quote(c)}").alias(c) for c in right_values]
+    else:
+        probe = schema_probe(frames["left"].sparkSession, {"l": left_schema, "r": right_schema})
+        checked = check_expressions(probe, {f"columns.{name}": text for name, text in spec.columns.items()})
+        projection = [column.alias(name) for name, column in zip(spec.columns, checked.values(), strict=True)]
+    probe_rows = frames["left"].sparkSession.createDataFrame(
+        [], T.StructType([T.StructField("l", left_schema), T.StructField("r", right_schema)])
+    )
+    projected = analysed("columns", lambda: probe_rows.select(*projection))
+    return StreamShape(left_schema, right_schema, left_time, projection, projected.columns)
+
+
+def run_windowed_stream_join(
+    spec: WindowedJoinSpec, spark: SparkSession, options: RunOptions
+) -> dict[str, Any]:
+    """Refresh a stream-mode windowed join once; see the module docstring for the algorithm."""
+    started = time.monotonic()
+    handles = {side: DeltaHandle(spark, getattr(spec, side), side) for side in SIDES}
+    output = DeltaHandle(spark, spec.output, "output")
+    for handle in handles.values():
+        handle.require()
+    states: dict[str, TableState] = {side: handles[side].state() for side in SIDES}
+    phase("pinned")
+    frames = {side: input_frame(handles[side], states[side]) for side in SIDES}
+    shape = resolve_shape(spec, handles, frames)
+    warnings: list[str] = []
+    current = {
+        side: InputState(
+            handles[side].location,
+            states[side].table_id,
+            states[side].version,
+            states[side].cdf_enabled,
+            schema_columns(frames[side].schema),
+        )
+        for side in SIDES
+    }
+    refresh, plan = begin_refresh(spec, output, current, options, started, warnings, append_only=True)
+    previous = refresh.previous
+    if plan.mode == "noop":
+        assert previous is not None
+        phase("committed")
+        return refresh.result(plan, previous.output_version, _rows())
+    state = StateTable(output)
+    carried = None
+    if plan.mode == "incremental":
+        assert previous is not None
+        carried = CarriedState.from_extra(previous.extra.get(STATE_EXTRA))
+        if carried is None or (
+            carried.state_version is not None and not state.readable(carried.state_version)
+        ):
+            plan = RefreshPlan(
+                "full",
+                "the join's state (stream time, pending rows) recorded by the last refresh is gone",
+                dict.fromkeys(current),
+            )
+            carried = None
+    if plan.mode == "incremental":
+        join = StreamJoinRefresh(
+            spec, shape, handles, states, plan, carried or CarriedState.empty(), state, warnings
+        )
+        try:
+            commit, rows = join.run(refresh, replace=False)
+        except RebuildRequired as unavailable:
+            plan = RefreshPlan("full", str(unavailable), dict.fromkeys(current))
+        else:
+            phase("committed")
+            return refresh.result(plan, commit.version, rows)
+    if output.exists() and not (spec.allow_full_replace or options.full_refresh):
+        raise FullRebuildRefusedError(
+            f"windowed_join output {output.location} is append-only, and this refresh would have to replace "
+            f"it ({plan.reason}); nothing was written. Replacing re-runs the join over every input row as "
+            "one refresh, so rows emitted by earlier refreshes may differ. To do it, run once with "
+            "full_refresh (fkjoin run --full-refresh), or set allow_full_replace: true"
+        )
+    join = StreamJoinRefresh(spec, shape, handles, states, plan, CarriedState.empty(), state, warnings)
+    commit, rows = join.run(refresh, replace=output.exists())
+    phase("committed")
+    return refresh.result(plan, commit.version, rows)
+
+
+@dataclass(frozen=True)
+class CarriedState:
+    """What a refresh hands the next one besides the inputs: stream time, each side's observed time (None:
+    nothing seen yet) and the version of the pending-rows table (None: the join keeps none)."""
+
+    stream_time: int | None
+    observed: tuple[int | None, int | None]
+    state_version: int | None
+
+    @staticmethod
+    def empty() -> CarriedState:
+        return CarriedState(None, (None, None), None)
+
+    @staticmethod
+    def from_extra(extra: dict[str, Any] | None) -> CarriedState | None:
+        if not extra:
+            return None
+        observed = extra.get("observed", {})
+        return CarriedState(
+            extra.get("stream_time"),
+            (observed.get("left"), observed.get("right")),
+            extra.get("state_version"),
+        )
+
+    def to_extra(self) -> dict[str, Any]:
+        return {
+            STATE_EXTRA: {
+                "stream_time": self.stream_time,
+                "observed": {"left": self.observed[0], "right": self.observed[1]},
+                "state_version": self.state_version,
+            }
+        }
+
+
+def _rows(inserted: int = 0, **counts: Any) -> dict[str, Any]:
+    rows = {
+        "inserted": inserted,
+        "updated": 0,
+        "deleted": 0,
+        "pairs": 0,
+        "unmatched": 0,
+        "pending": 0,
+        "rows_read": {"left": 0, "right": 0},
+        "null_keys_dropped": {"left": 0, "right": 0},
+    }
+    rows.update(counts)
+    return rows
+
+
+class StreamJoinRefresh:
+    """One refresh's computation (module docstring, steps 1-4) and its two commits (state, then output)."""
+
+    def __init__(
+        self,
+        spec: WindowedJoinSpec,
+        shape: StreamShape,
+        handles: dict[str, DeltaHandle],
+        states: dict[str, TableState],
+        plan: RefreshPlan,
+        carried: CarriedState,
+        state: StateTable,
+        warnings: list[str],
+    ) -> None:
+        self.spec, self.shape, self.handles, self.states = spec, shape, handles, states
+        self.plan, self.carried, self.state, self.warnings = plan, carried, state, warnings
+        self.spark = handles["left"].spark
+        self.refs: dict[str, EventStreamRef] = {"left": spec.left, "right": spec.right}
+        window = spec.window
+        self.before, self.after, self.grace = window.before, window.after, window.grace
+        self.retention = window.retention
+        self.key_columns = [_key_column(i) for i in range(len(spec.left.key))]
+        self.outer = (spec.how in ("left", "outer"), spec.how == "outer")
+        self.cached: list[DataFrame] = []
+        self.row_types = (
+            T.StructType(list(shape.left_schema.fields)),
+            T.StructType(list(shape.right_schema.fields)),
+        )
+
+    # -- reading ---------------------------------------------------------------------------------------
+
+    def _canonical(
+        self, frame: DataFrame, side: int, version: Column, extra: list[Column] | None = None
+    ) -> DataFrame:
+        """Rows of one side in the join's own columns: side, version, key parts, time in ms, null-key flag,
+        the row itself (a struct of the input's columns) and the ``order_by`` values."""
+        ref = self.refs[SIDES[side]]
+        time_type = self.shape.time_type
+        keys = [F.col(quote(c)).alias(k) for c, k in zip(ref.key, self.key_columns, strict=True)]
+        null = F.lit(False)
+        for column in ref.key:
+            null = null | F.col(quote(column)).isNull()
+        schema = self.shape.left_schema if side == 0 else self.shape.right_schema
+        row = F.struct(*[F.col(quote(c)) for c in schema.names])
+        return frame.select(
+            F.lit(side).alias(_SIDE),
+            version.cast("long").alias(_VERSION),
+            *keys,
+            epoch_ms(F.col(quote(ref.time)), time_type).alias(_T),
+            null.alias(_NULL),
+            row.alias(_LEFT_ROW) if side == 0 else F.lit(None).cast(self.row_types[0]).alias(_LEFT_ROW),
+            row.alias(_RIGHT_ROW) if side == 1 else F.lit(None).cast(self.row_types[1]).alias(_RIGHT_ROW),
+            F.xxhash64(*[F.col(quote(c)) for c in schema.names]).alias("_fkjoin_hash"),
+            *[F.col(quote(c)).alias(f"_fkjoin_o{i}") for i, c in enumerate(ref.order_by)],
+            *(extra or []),
+        )
+
+    def _new_rows(self, side: int) -> tuple[DataFrame, dict[str, int]]:
+        """The rows a side appended since its consumed version, numbered in processing order (``pos``),
+        with what the checks counted. A row that is not an insert, or has a null or negative event time,
+        is an InputDataError before anything is written."""
+        name = SIDES[side]
+        handle, to = self.handles[name], self.states[name].version
+        after = self.plan.from_versions.get(name)
+        first = after if after is not None else -1
+        version, change_type = F.col("_commit_version"), F.col("_change_type")
+        if first == to:
+            feed, version, change_type = handle.read(to).limit(0), F.lit(0), F.lit("insert")
+        else:
+            try:
+                feed = read_feed(handle, first, to)
+            except RebuildRequired:
+                if after is not None:
+                    raise
+                # A first run over a table whose change feed does not reach back to version 0: its rows
+                # have no commit version, so they are ordered by order_by (and a row hash) alone.
+                self.warnings.append(
+                    f"{name} table {handle.location}'s change feed does not cover its whole history: this "
+                    f"full run orders its rows by {name}.order_by (and a row hash), not by commit version"
+                )
+                feed, version, change_type = handle.read(to), F.lit(0), F.lit("insert")
+        rows = self._canonical(feed, side, version, [change_type.alias("_fkjoin_ct")])
+        counts = self._check(rows, name, handle, first, to)
+        rows = rows.drop("_fkjoin_ct")
+        ordering = [F.col(_VERSION)] + [F.col(f"_fkjoin_o{i}") for i in range(len(self.refs[name].order_by))]
+        ordering.append(F.col("_fkjoin_hash"))
+        numbered = rows.withColumn(_POS, F.row_number().over(Window.orderBy(*ordering)).cast("long"))
+        order_columns = [f"_fkjoin_o{i}" for i in range(len(self.refs[name].order_by))]
+        return numbered.drop("_fkjoin_hash", _VERSION, *order_columns), counts
+
+    def _check(self, rows: DataFrame, name: str, handle: DeltaHandle, after: int, to: int) -> dict[str, int]:
+        ref = self.refs[name]
+        stats = rows.agg(
+            F.count(F.lit(1)).alias("rows"),
+            F.count(F.when(F.col("_fkjoin_ct") != "insert", 1)).alias("not_inserts"),
+            F.count(F.when(F.col(_T).isNull(), 1)).alias("null_times"),
+            F.count(F.when(F.col(_T) < 0, 1)).alias("negative_times"),
+            F.count(F.when(F.col(_NULL), 1)).alias("null_keys"),
+            F.max(F.col(_T)).alias("max_t"),
+            F.max(F.when(~F.col(_NULL), F.col(_T))).alias("max_stored_t"),
+        ).first()
+        versions = f"versions {after + 1}..{to}"
+        if stats["not_inserts"]:
+            raise InputDataError(
+                f"{name} table {handle.location} is not append-only: {versions} updated or deleted "
+                f"{stats['not_inserts']} row(s) (change feed). A stream-mode windowed join reads event "
+                "tables that only ever get new rows; write corrections as new events, or use mode: table"
+            )
+        if stats["null_times"] or stats["negative_times"]:
+            problem = "null" if stats["null_times"] else "negative"
+            count = stats["null_times"] or stats["negative_times"]
+            raise InputDataError(
+                f"{name} table {handle.location} has {count} row(s) with a {problem} event time in column "
+                f"{ref.time!r} ({versions}); every event needs a time at or after 1970-01-01, so fix or "
+                "filter those rows upstream; nothing was written"
+            )
+        return {
+            "rows": int(stats["rows"]),
+            "null_keys": int(stats["null_keys"]),
+            "max_t": stats["max_t"],
+            "max_stored_t": stats["max_stored_t"],
+        }
+
+    def _earlier_rows(self, side: int) -> DataFrame | None:
+        """The rows a side stored in earlier refreshes that can still match (``t >= observed - retention
+        + 1``): the input at its consumed version, filtered on the time column."""
+        observed = self.carried.observed[side]
+        after = self.plan.from_versions.get(SIDES[side])
+        if observed is None or after is None:
+            return None
+        handle = self.handles[SIDES[side]]
+        rows = self._canonical(handle.read(after), side, F.lit(-1)).drop("_fkjoin_hash")
+        floor = observed - self.retention + 1
+        return rows.where(~F.col(_NULL) & (F.col(_T) >= F.lit(floor)))
+
+    # -- computing -------------------------------------------------------------------------------------
+
+    def _ranked(self, new: dict[int, DataFrame]) -> DataFrame:
+        """Both sides' new rows with their processing rank, stream time and observed times (steps 1-2)."""
+        if self.spec.same_table:
+            rows = new[0].unionByName(self._as_right(new[0]))
+        else:
+            rows = new[0].unionByName(new[1])
+        running = Window.partitionBy(_SIDE).orderBy(_POS).rowsBetween(Window.unboundedPreceding, 0)
+        rows = rows.withColumn(_M, F.max(_T).over(running))
+        if self.spec.same_table:
+            rank = F.struct(
+                F.col(_POS).alias("a"), F.col(_SIDE).cast("long").alias("b"), F.lit(0).cast("long").alias("c")
+            )
+        else:
+            rank = F.struct(
+                F.col(_M).alias("a"), F.col(_SIDE).cast("long").alias("b"), F.col(_POS).alias("c")
+            )
+        rows = rows.withColumn(_G, rank)
+        in_order = Window.orderBy(F.col(f"{_G}.a"), F.col(f"{_G}.b"), F.col(f"{_G}.c")).rowsBetween(
+            Window.unboundedPreceding, 0
+        )
+        narrow = rows.select(_SIDE, _POS, _G, _T, _NULL)
+        previous_st, (previous_l, previous_r) = self.carried.stream_time, self.carried.observed
+        times = narrow.select(
+            _SIDE,
+            _POS,
+            *[
+                F.greatest(
+                    F.lit(prev).cast("long"),
+                    F.max(F.when((F.col(_SIDE) == side) & ~F.col(_NULL), F.col(_T))).over(in_order),
+                ).alias(_OBS[side])
+                for side, prev in ((0, previous_l), (1, previous_r))
+            ],
+        )
+        ranked = rows.join(times, [_SIDE, _POS]).withColumn(
+            _ST, F.greatest(F.lit(previous_st).cast("long"), F.col(_M))
+        )
+        ranked = ranked.withColumn(
+            _OBS_OTHER, F.when(F.col(_SIDE) == 0, F.col(_OBS[1])).otherwise(F.col(_OBS[0]))
+        ).persist(StorageLevel.MEMORY_AND_DISK)
+        self.cached.append(ranked)
+        return ranked
+
+    @staticmethod
+    def _as_right(rows: DataFrame) -> DataFrame:
+        """A same-table join's rows as right rows: the same positions, the row on the right."""
+        return rows.withColumn(_SIDE, F.lit(1)).select(
+            *[
+                F.col(_LEFT_ROW).alias(_RIGHT_ROW)
+                if c == _RIGHT_ROW
+                else F.lit(None).cast(rows.schema[_LEFT_ROW].dataType).alias(_LEFT_ROW)
+                if c == _LEFT_ROW
+                else F.col(c)
+                for c in rows.columns
+            ]
+        )
+
+    def _band(self, probe: str, stored_time: Column) -> Column:
+        """Whether a stored row's time is in the band of the row ``probe`` (an alias) that fetches it: Kafka's
+        clamped ``[t - before, t + after]`` for a left row, ``[t - after, t + before]`` for a right row."""
+        t, side = F.col(f"{probe}.{_T}"), F.col(f"{probe}.{_SIDE}")
+        zero = F.lit(0).cast("long")
+        low = F.when(side == 0, F.greatest(zero, t - self.before)).otherwise(F.greatest(zero, t - self.after))
+        high = F.when(side == 0, F.greatest(zero, t + self.after)).otherwise(
+            F.greatest(zero, t + self.before)
+        )
+        return (stored_time >= low) & (stored_time <= high)
+
+    def _fetch_condition(self, probe: str, stored: str) -> Column:
+        """``stored`` (alias) is a row ``probe`` fetches: other side, same key, in the band, not expired,
+        stored before it (an earlier refresh's row has no rank)."""
+        condition = F.col(f"{stored}.{_SIDE}") == F.lit(1) - F.col(f"{probe}.{_SIDE}")
+        for column in self.key_columns:
+            condition = condition & (F.col(f"{stored}.{column}") == F.col(f"{probe}.{column}"))
+        stored_time = F.col(f"{stored}.{_T}")
+        condition = condition & self._band(probe, stored_time)
+        condition = condition & (stored_time >= F.col(f"{probe}.{_OBS_OTHER}") - F.lit(self.retention - 1))
+        stored_rank = F.col(f"{stored}.{_G}")
+        return condition & (stored_rank.isNull() | (stored_rank < F.col(f"{probe}.{_G}")))
+
+    def _lookback(self) -> Column:
+        return F.when(F.col(_SIDE) == 0, F.lit(self.after)).otherwise(F.lit(self.before))
+
+    def _is_outer(self) -> Column:
+        return F.when(F.col(_SIDE) == 0, F.lit(self.outer[0])).otherwise(F.lit(self.outer[1]))
+
+    def _output(self, rows: DataFrame, event_time: Column, kind: str) -> DataFrame:
+        """Output rows (the projection over ``l`` and ``r``, then ``event_time``), tagged with ``kind``."""
+        framed = rows.select(
+            F.col(_LEFT_ROW).alias("l"),
+            F.col(_RIGHT_ROW).alias("r"),
+            event_time.alias(EVENT_TIME),
+            *[c for c in rows.columns if c.startswith("_fkjoin_") and c not in (_LEFT_ROW, _RIGHT_ROW)],
+        )
+        extra = [c for c in framed.columns if c.startswith("_fkjoin_")]
+        return framed.select(*self.shape.projection, EVENT_TIME, *extra, F.lit(kind).alias("_fkjoin_kind"))
+
+    def _own_time(self) -> Column:
+        """An unmatched row's event time: its own time column, in the input's type."""
+        left_time = F.col(f"{_LEFT_ROW}.{quote(self.spec.left.time)}")
+        right_time = F.col(f"{_RIGHT_ROW}.{quote(self.spec.right.time)}")
+        return F.coalesce(left_time, right_time)
+
+    def compute(self, new: dict[int, DataFrame]) -> tuple[DataFrame, DataFrame | None]:
+        """(output rows tagged ``_fkjoin_kind``, pending rows to keep or None for an inner join)."""
+        ranked = self._ranked(new)
+        stored = ranked.where(~F.col(_NULL))
+        columns = [_SIDE, *self.key_columns, _T, _G, _LEFT_ROW, _RIGHT_ROW]
+        candidates = stored.select(*columns)
+        for side in (0, 1):
+            earlier = self._earlier_rows(side)
+            if earlier is not None:
+                earlier = earlier.withColumn(_G, F.lit(None).cast(_RANK_TYPE))
+                candidates = candidates.unionByName(earlier.select(*columns))
+                if self.spec.same_table:
+                    candidates = candidates.unionByName(self._as_right(earlier).select(*columns))
+                    break
+        pairs = stored.alias("x").join(candidates.alias("o"), self._fetch_condition("x", "o"))
+        left_time = F.col(f"l.{quote(self.spec.left.time)}")
+        right_time = F.col(f"r.{quote(self.spec.right.time)}")
+        joined = pairs.select(
+            F.coalesce(F.col(f"x.{_LEFT_ROW}"), F.col(f"o.{_LEFT_ROW}")).alias(_LEFT_ROW),
+            F.coalesce(F.col(f"x.{_RIGHT_ROW}"), F.col(f"o.{_RIGHT_ROW}")).alias(_RIGHT_ROW),
+        )
+        joined = joined.select(F.col(_LEFT_ROW).alias("l"), F.col(_RIGHT_ROW).alias("r")).select(
+            *self.shape.projection,
+            F.greatest(left_time, right_time).alias(EVENT_TIME),
+            F.lit("J").alias("_fkjoin_kind"),
+        )
+        if self.spec.how == "inner":
+            return joined, None
+        outputs = [joined]
+        outer = self._is_outer()
+        null_outer = ranked.where(F.col(_NULL) & outer)
+        outputs.append(self._output(null_outer, self._own_time(), "U").select(*joined.columns))
+        matched_on_arrival = pairs.select(
+            F.col(f"x.{_SIDE}").alias(_SIDE), F.col(f"x.{_POS}").alias(_POS)
+        ).distinct()
+        lonely = stored.where(outer).join(matched_on_arrival, [_SIDE, _POS], "left_anti")
+        slack = self.grace if self.spec.late_unmatched == "respect_grace" else 0
+        closed = F.col(_T) + self._lookback() + F.lit(slack) < F.col(_ST)
+        outputs.append(self._output(lonely.where(closed), self._own_time(), "U").select(*joined.columns))
+        pending_new = self._output(lonely.where(~closed), self._own_time(), "P").select(
+            *joined.columns, _SIDE, *self.key_columns, _T, _G
+        )
+        pending = pending_new.drop("_fkjoin_kind")
+        if self.carried.state_version is not None and self.plan.mode == "incremental":
+            earlier_pending = self.state.read(self.carried.state_version).withColumn(
+                _G, F.lit(None).cast(_RANK_TYPE)
+            )
+            pending = pending.unionByName(earlier_pending.select(*pending.columns))
+        pending = pending.persist(StorageLevel.MEMORY_AND_DISK)
+        self.cached.append(pending)
+        settled = self._settle(pending, stored)
+        emitted = (
+            settled.where(F.col("_fkjoin_emit"))
+            .select(*[c for c in joined.columns if c != "_fkjoin_kind"])
+            .withColumn("_fkjoin_kind", F.lit("U"))
+        )
+        outputs.append(emitted)
+        remaining = settled.where(F.col("_fkjoin_keep")).select(
+            _SIDE, *self.key_columns, _T, *[c for c in joined.columns if c != "_fkjoin_kind"]
+        )
+        result = outputs[0]
+        for frame in outputs[1:]:
+            result = result.unionByName(frame)
+        return result, remaining
+
+    def _settle(self, pending: DataFrame, stored: DataFrame) -> DataFrame:
+        """Each pending row's fate in this refresh: matched by a later row (dropped), closed by a trigger
+        first (``_fkjoin_emit``), or neither (``_fkjoin_keep``)."""
+        identity = [_SIDE, *self.key_columns, _T, _G]
+        distinct = pending.select(*identity).distinct()
+        probe = stored.alias("x")
+        held = distinct.alias("p")
+        condition = F.col(f"x.{_SIDE}") == F.lit(1) - F.col(f"p.{_SIDE}")
+        for column in self.key_columns:
+            condition = condition & (F.col(f"x.{column}") == F.col(f"p.{column}"))
+        held_time = F.col(f"p.{_T}")
+        condition = condition & self._band("x", held_time)
+        condition = condition & (held_time >= F.col(f"x.{_OBS_OTHER}") - F.lit(self.retention - 1))
+        held_rank = F.col(f"p.{_G}")
+        condition = condition & (held_rank.isNull() | (held_rank < F.col(f"x.{_G}")))
+        matches = (
+            held.join(probe, condition)
+            .groupBy(*[F.col(f"p.{c}").alias(c) for c in identity])
+            .agg(F.min(F.col(f"x.{_G}")).alias("_fkjoin_match"))
+        )
+        deadline = (F.col(_T) + self._lookback() + F.lit(self.grace)).alias("_fkjoin_deadline")
+        triggers = (
+            stored.where(F.col(_T) == F.col(_ST))
+            .groupBy(_ST)
+            .agg(F.min(_G).alias("_fkjoin_close"))
+            .select(F.col(_ST).alias("_fkjoin_value"), F.lit(1).alias("_fkjoin_is_trigger"), "_fkjoin_close")
+        )
+        deadlines = pending.select(deadline).distinct()
+        events = deadlines.select(
+            F.col("_fkjoin_deadline").alias("_fkjoin_value"),
+            F.lit(0).alias("_fkjoin_is_trigger"),
+            F.lit(None).cast(_RANK_TYPE).alias("_fkjoin_close"),
+        ).unionByName(triggers)
+        nearest = Window.orderBy(
+            F.col("_fkjoin_value").desc(), F.col("_fkjoin_is_trigger").asc()
+        ).rowsBetween(Window.unboundedPreceding, 0)
+        closes = (
+            events.withColumn("_fkjoin_close", F.last("_fkjoin_close", ignorenulls=True).over(nearest))
+            .where(F.col("_fkjoin_is_trigger") == 0)
+            .select(F.col("_fkjoin_value").alias("_fkjoin_deadline"), "_fkjoin_close")
+        )
+        settled = pending.withColumn("_fkjoin_deadline", deadline)
+        on = [settled[c].eqNullSafe(matches[c]) for c in identity]
+        settled = settled.join(matches, on, "left").select(settled["*"], matches["_fkjoin_match"])
+        settled = settled.join(closes, "_fkjoin_deadline", "left")
+        match, close = F.col("_fkjoin_match"), F.col("_fkjoin_close")
+        matched = match.isNotNull() & (close.isNull() | (match < close))
+        return settled.withColumn("_fkjoin_emit", ~matched & close.isNotNull()).withColumn(
+            "_fkjoin_keep", ~matched & close.isNull()
+        )
+
+    # -- committing ------------------------------------------------------------------------------------
+
+    def run(self, refresh: RefreshContext, *, replace: bool) -> tuple[Commit, dict[str, Any]]:
+        try:
+            new, counts = {}, {}
+            sides = (0,) if self.spec.same_table else (0, 1)
+            for side in sides:
+                new[side], counts[side] = self._new_rows(side)
+            if self.spec.same_table:
+                counts[1] = counts[0]
+            phase("changes_read")
+            output_rows, remaining = self.compute(new)
+            output_rows = output_rows.persist(StorageLevel.MEMORY_AND_DISK)
+            self.cached.append(output_rows)
+            kinds = {row[0]: int(row[1]) for row in output_rows.groupBy("_fkjoin_kind").count().collect()}
+            carried = self._next_state(counts, remaining)
+            phase("merge_started")
+            request = refresh.request(self.plan.mode, self.plan.reason, extra=carried.to_extra())
+            commit = append_output(refresh.output, output_rows.drop("_fkjoin_kind"), request, replace=replace)
+        finally:
+            for frame in self.cached:
+                frame.unpersist()
+        null_dropped = {
+            SIDES[side]: counts[side]["null_keys"] if not self.outer[side] else 0 for side in (0, 1)
+        }
+        if self.spec.same_table:
+            null_dropped = {"left": counts[0]["null_keys"] if not self.outer[0] else 0, "right": 0}
+        rows = _rows(
+            commit.inserted,
+            pairs=kinds.get("J", 0),
+            unmatched=kinds.get("U", 0),
+            pending=self.pending_rows,
+            rows_read={SIDES[side]: counts[side]["rows"] for side in (0, 1)},
+            null_keys_dropped=null_dropped,
+            stream_time=carried.stream_time,
+        )
+        return commit, rows
+
+    pending_rows = 0
+
+    def _next_state(self, counts: dict[int, dict[str, Any]], remaining: DataFrame | None) -> CarriedState:
+        """The state after this refresh: the pending rows written (state table first), and the times."""
+        stream_time = _max(self.carried.stream_time, counts[0]["max_t"], counts[1]["max_t"])
+        observed = (
+            _max(self.carried.observed[0], counts[0]["max_stored_t"]),
+            _max(self.carried.observed[1], counts[1]["max_stored_t"]),
+        )
+        version = None
+        if remaining is not None:
+            remaining = remaining.persist(StorageLevel.MEMORY_AND_DISK)
+            self.cached.append(remaining)
+            self.pending_rows = remaining.count()
+            version = self.state.write(remaining)
+        return CarriedState(stream_time, observed, version)
+
+
+def _max(*values: int | None) -> int | None:
+    present = [int(v) for v in values if v is not None]
+    return max(present) if present else None

@@ -1,0 +1,315 @@
+"""Stream-mode windowed joins (Kafka's KStream-KStream join) against a record-by-record model.
+
+Every refresh's appended rows are compared, as a multiset, with what ``windowed_model`` (written from the
+reference alone) emits for the same rows in the same refreshes: Kafka's behaviours with our own data
+(window bounds, grace, late and expired rows, pending unmatched rows across refreshes, null keys, the
+trigger order, ``emit_immediately``, a table joined with itself), a random property test, bad inputs
+refused before any write, and a crash between the state commit and the output commit.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers import append_rows, create_table, table_version
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from windowed_model import Event, StreamJoinModel
+
+from airflow_provider_fkjoin.engine import InputDataError, SpecError, run_spec
+from airflow_provider_fkjoin.engine.errors import FullRebuildRefusedError
+from airflow_provider_fkjoin.engine.trace import phase_listener
+
+EVENTS = "k string, t long, seq int, v string"
+COLUMNS = {"k": "coalesce(l.k, r.k)", "lv": "l.v", "rv": "r.v"}
+
+
+class Side:
+    """One input table of events, appended a refresh's batch at a time (one commit per batch)."""
+
+    def __init__(self, spark, path: Path) -> None:
+        self.spark, self.path, self.seq = spark, path, 0
+
+    def append(self, events: list[Event]) -> None:
+        rows = []
+        for event in events:
+            self.seq += 1
+            key = None if event.key is None else event.key[0]
+            rows.append({"k": key, "t": event.t, "seq": self.seq, "v": event.row["v"]})
+        if not self.path.exists():
+            create_table(self.spark, self.path, rows, EVENTS)
+        elif rows:
+            append_rows(self.spark, self.path, rows)
+
+
+def ev(key: str | None, t: int, v: str) -> Event:
+    return Event(None if key is None else (key,), t, {"v": v})
+
+
+def spec_for(left: Path, right: Path, out: Path, window: dict, how: str, **extra: Any) -> dict:
+    return {
+        "kind": "windowed_join",
+        "mode": "stream",
+        "left": {"path": str(left), "key": ["k"], "time": "t", "order_by": ["seq"]},
+        "right": {"path": str(right), "key": ["k"], "time": "t", "order_by": ["seq"]},
+        "window": window,
+        "how": how,
+        "columns": COLUMNS,
+        "output": {"path": str(out)},
+        **extra,
+    }
+
+
+def appended(spark, out: Path, result: dict) -> Counter:
+    """The rows the refresh of ``result`` appended to the output (its commit's change feed)."""
+    version = result["output"]["version"]
+    rows = (
+        spark.read.format("delta")
+        .option("readChangeFeed", "true")
+        .option("startingVersion", version)
+        .option("endingVersion", version)
+        .load(str(out))
+        .where("_change_type = 'insert'")
+        .select("k", "lv", "rv", "event_time")
+        .collect()
+    )
+    return Counter(tuple(row) for row in rows)
+
+
+def expected(outputs: list) -> Counter:
+    found = Counter()
+    for _kind, left, right, t in outputs:
+        key = None
+        for row in (left, right):
+            if row is not None and row.get("k") is not None:
+                key = row["k"]
+        found[(key, left["v"] if left else None, right["v"] if right else None, t)] += 1
+    return found
+
+
+def with_keys(events: list[Event]) -> list[Event]:
+    """The model's rows carry the key too (the output's coalesced key)."""
+    return [Event(e.key, e.t, {"v": e.row["v"], "k": None if e.key is None else e.key[0]}) for e in events]
+
+
+def run_refreshes(
+    spark,
+    warehouse: Path,
+    batches: list[tuple[list[Event], list[Event]]],
+    window: dict[str, int],
+    how: str,
+    late: str = "respect_grace",
+) -> list[dict]:
+    """Append each batch, refresh, and compare the appended rows with the model's; returns the results."""
+    left, right = Side(spark, warehouse / "left"), Side(spark, warehouse / "right")
+    out = warehouse / "out"
+    left.append([])  # version 0: the empty tables
+    right.append([])
+    model = StreamJoinModel(window["before"], window["after"], window.get("grace", 0), how, late)
+    spec = spec_for(left.path, right.path, out, window, how, late_unmatched=late)
+    results = []
+    for number, (lefts, rights) in enumerate(batches):
+        left.append(lefts)
+        right.append(rights)
+        want = expected(model.refresh(with_keys(lefts), with_keys(rights)))
+        result = run_spec(spec, spark=spark)
+        results.append(result)
+        if result["mode"] == "noop":
+            assert not want, f"refresh {number}: noop, but the model emitted {want}"
+            continue
+        got = appended(spark, out, result)
+        shown = {"engine": sorted(got.items(), key=repr), "model": sorted(want.items(), key=repr)}
+        assert got == want, f"refresh {number} ({how}, {window}): {shown}"
+    return results
+
+
+WINDOW = {"before": 10, "after": 10, "grace": 5}
+
+
+def test_inner_join_band_inclusive_and_expiry(spark, warehouse: Path) -> None:
+    batches = [
+        (
+            [ev("a", 100, "l1"), ev("b", 100, "l2")],
+            [ev("a", 110, "r1"), ev("a", 111, "r2"), ev("b", 90, "r3")],
+        ),
+        ([ev("a", 95, "l3")], [ev("b", 89, "r4")]),  # l3 joins r1 (110 - 95 = 15 > 10: no) and r2: no
+        ([ev("a", 300, "l4")], [ev("a", 105, "r5")]),  # r5 arrives after stream time 300: l1 expired
+    ]
+    run_refreshes(spark, warehouse, batches, WINDOW, "inner")
+
+
+def test_left_join_pending_rows_close_across_refreshes(spark, warehouse: Path) -> None:
+    batches = [
+        ([ev("a", 100, "l1"), ev("b", 100, "l2")], []),  # both pending
+        ([], [ev("a", 105, "r1")]),  # l1 matched; l2 still pending
+        ([ev("c", 114, "l3")], []),  # 114 is not > 100 + 10 + 5: nothing closes
+        ([ev("c", 116, "l4")], []),  # stream time 116 closes l2 (and l3, l4 pending)
+        ([], [ev("b", 101, "r2")]),  # l2 was emitted unmatched, but still joins r2: both outputs stand
+        ([ev("d", 200, "l5")], [ev("x", 50, "r3")]),  # closes l3, l4; r3 never unmatched in a left join
+    ]
+    run_refreshes(spark, warehouse, batches, WINDOW, "left")
+
+
+def test_outer_join_null_keys_and_right_unmatched(spark, warehouse: Path) -> None:
+    batches = [
+        ([ev(None, 10, "ln"), ev("a", 10, "l1")], [ev(None, 12, "rn"), ev("b", 12, "r1")]),
+        ([ev("a", 40, "l2")], [ev("c", 41, "r2")]),
+        ([], [ev("a", 9, "r3")]),  # late: joins l1 (still within retention), no unmatched emission
+        ([ev("z", 100, "l3")], []),
+    ]
+    run_refreshes(spark, warehouse, batches, WINDOW, "outer")
+
+
+def test_inner_join_drops_null_keys(spark, warehouse: Path) -> None:
+    batches = [([ev(None, 10, "ln"), ev("a", 10, "l1")], [ev(None, 10, "rn"), ev("a", 10, "r1")])]
+    results = run_refreshes(spark, warehouse, batches, WINDOW, "inner")
+    assert results[-1]["rows"]["null_keys_dropped"] == {"left": 1, "right": 1}
+
+
+def test_late_rows_respect_grace_or_emit_immediately(spark, warehouse: Path) -> None:
+    batches = [
+        ([ev("a", 100, "l1")], []),
+        ([ev("b", 84, "l2")], []),  # 84 + 10 < 100 but 84 + 10 + 5 >= 100... closed only with grace 0
+        ([ev("c", 80, "l3")], []),  # 80 + 10 + 5 < 100: closed on arrival either way
+        ([ev("d", 200, "l4")], []),
+    ]
+    for late in ("respect_grace", "emit_immediately"):
+        folder = warehouse / late
+        folder.mkdir()
+        run_refreshes(spark, folder, batches, WINDOW, "left", late)
+
+
+def test_negative_before_and_asymmetric_window(spark, warehouse: Path) -> None:
+    window = {"before": -2, "after": 8, "grace": 0}
+    batches = [
+        ([ev("a", 10, "l1"), ev("a", 20, "l2")], [ev("a", 11, "r1"), ev("a", 12, "r2"), ev("a", 19, "r3")]),
+        ([ev("a", 30, "l3")], [ev("a", 25, "r4"), ev("a", 38, "r5")]),
+    ]
+    run_refreshes(spark, warehouse, batches, window, "outer")
+
+
+def test_same_table_joins_itself(spark, warehouse: Path) -> None:
+    events = warehouse / "txns"
+    out = warehouse / "pairs"
+    table = Side(spark, events)
+    spec = spec_for(events, events, out, {"before": 10, "after": 10}, "inner")
+    model = StreamJoinModel(10, 10, 0, "inner", same_table=True)
+    for batch in (
+        [ev("a", 1, "x1"), ev("a", 5, "x2"), ev("b", 5, "x3")],
+        [ev("a", 14, "x4"), ev("a", 3, "x5")],
+    ):
+        table.append(batch)
+        want = expected(model.refresh(with_keys(batch), []))
+        result = run_spec(spec, spark=spark)
+        assert appended(spark, out, result) == want
+    assert want[("a", "x4", "x4", 14)] == 1  # every row joins itself
+
+
+def _events(keys: list[str | None], max_t: int) -> st.SearchStrategy[list[Event]]:
+    return st.lists(st.builds(lambda k, t: (k, t), st.sampled_from(keys), st.integers(0, max_t)), max_size=6)
+
+
+@pytest.mark.slow
+@settings(
+    max_examples=12,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    data=st.data(),
+    how=st.sampled_from(["inner", "left", "outer"]),
+    before=st.integers(-5, 20),
+    after=st.integers(-5, 20),
+    grace=st.integers(0, 10),
+    late=st.sampled_from(["respect_grace", "emit_immediately"]),
+)
+def test_property_matches_the_model(spark, tmp_path_factory, data, how, before, after, grace, late) -> None:
+    if before + after < 0:
+        before = -after
+    keys = ["a", "b", None]
+    batches = []
+    counter = iter(range(10_000))
+    for _ in range(data.draw(st.integers(1, 4))):
+        sides = []
+        for prefix in ("l", "r"):
+            drawn = data.draw(_events(keys, 60))
+            sides.append([ev(k, t, f"{prefix}{next(counter)}") for k, t in drawn])
+        batches.append(tuple(sides))
+    folder = tmp_path_factory.mktemp("windowed")
+    run_refreshes(spark, folder, batches, {"before": before, "after": after, "grace": grace}, how, late)
+
+
+def test_bad_inputs_fail_before_any_write(spark, warehouse: Path) -> None:
+    left, right, out = warehouse / "left", warehouse / "right", warehouse / "out"
+    create_table(spark, left, [{"k": "a", "t": 1, "seq": 1, "v": "x"}], EVENTS)
+    create_table(spark, right, [{"k": "a", "t": -5, "seq": 1, "v": "y"}], EVENTS)
+    spec = spec_for(left, right, out, WINDOW, "inner")
+    with pytest.raises(InputDataError, match="negative event time in column 't'"):
+        run_spec(spec, spark=spark)
+    assert not out.exists()
+    with pytest.raises(SpecError, match="window: before"):
+        run_spec(spec_for(left, right, out, {"before": 5, "after": -6}, "inner"), spark=spark)
+    bad = dict(spec_for(left, right, out, WINDOW, "inner"))
+    bad["left"] = {**bad["left"], "time": "v"}
+    with pytest.raises(SpecError, match=r"left.time: column 'v'.*TIMESTAMP, DATE"):
+        run_spec(bad, spark=spark)
+
+
+def test_an_input_that_is_not_append_only_is_refused(spark, warehouse: Path) -> None:
+    left, right, out = warehouse / "left", warehouse / "right", warehouse / "out"
+    create_table(spark, left, [{"k": "a", "t": 1, "seq": 1, "v": "x"}], EVENTS)
+    create_table(spark, right, [{"k": "a", "t": 2, "seq": 1, "v": "y"}], EVENTS)
+    spec = spec_for(left, right, out, WINDOW, "left")
+    run_spec(spec, spark=spark)
+    spark.sql(f"UPDATE delta.`{left}` SET v = 'changed'")
+    version = table_version(spark, out)
+    with pytest.raises(InputDataError, match=r"left table .* is not append-only"):
+        run_spec(spec, spark=spark)
+    assert table_version(spark, out) == version
+
+
+def test_spec_change_on_an_append_only_output_is_refused(spark, warehouse: Path) -> None:
+    left, right, out = warehouse / "left", warehouse / "right", warehouse / "out"
+    create_table(spark, left, [{"k": "a", "t": 1, "seq": 1, "v": "x"}], EVENTS)
+    create_table(spark, right, [{"k": "a", "t": 2, "seq": 1, "v": "y"}], EVENTS)
+    run_spec(spec_for(left, right, out, WINDOW, "left"), spark=spark)
+    with pytest.raises(FullRebuildRefusedError, match="append-only"):
+        run_spec(spec_for(left, right, out, {"before": 1, "after": 1}, "left"), spark=spark)
+    result = run_spec(
+        spec_for(left, right, out, {"before": 1, "after": 1}, "left", allow_full_replace=True), spark=spark
+    )
+    assert result["mode"] == "full"
+
+
+def test_crash_between_state_and_output_commit_is_harmless(spark, warehouse: Path) -> None:
+    left, right = Side(spark, warehouse / "left"), Side(spark, warehouse / "right")
+    out = warehouse / "out"
+    model = StreamJoinModel(10, 10, 5, "left")
+    spec = spec_for(left.path, right.path, out, WINDOW, "left")
+    first = ([ev("a", 100, "l1"), ev("b", 100, "l2")], [ev("a", 105, "r1")])
+    left.append(first[0])
+    right.append(first[1])
+    assert appended(spark, out, run_spec(spec, spark=spark)) == expected(
+        model.refresh(*map(with_keys, first))
+    )
+
+    second = ([ev("c", 200, "l3")], [])
+    left.append(second[0])
+    right.append([])
+
+    class Crash(Exception):
+        pass
+
+    def crash(name: str) -> None:
+        if name == "merge_started":  # the state table is written; the output commit is next
+            raise Crash
+
+    version = table_version(spark, out)
+    with phase_listener(crash), pytest.raises(Crash):
+        run_spec(spec, spark=spark)
+    assert table_version(spark, out) == version
+    result = run_spec(spec, spark=spark)
+    assert appended(spark, out, result) == expected(model.refresh(*map(with_keys, second)))
