@@ -72,6 +72,41 @@ def kip213_initial() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     return customers, orders
 
 
+# -- windowed join: ad impressions + clicks (append-only event tables) -------------------------------
+AD_START = dt.datetime(2025, 1, 1, tzinfo=dt.UTC)
+
+
+def impressions_batch(batch: int) -> list[dict[str, Any]]:
+    """Impressions of batch ``batch``: ads a1..a4 shown ten minutes apart, two hours after the last batch."""
+    base = AD_START + dt.timedelta(hours=2 * batch)
+    return [
+        {
+            "impression_id": batch * 10 + i,
+            "ad_id": f"a{i}",
+            "shown_at": base + dt.timedelta(minutes=10 * (i - 1)),
+            "offset": batch * 10 + i,
+        }
+        for i in range(1, 5)
+    ]
+
+
+def clicks_batch(batch: int) -> list[dict[str, Any]]:
+    """Clicks of batch ``batch``: two on this batch's a1 and a2 within minutes, one with no ad (a null
+    key), and from batch 1 on a late click on the previous batch's a4, exactly an hour after it was shown."""
+    base = AD_START + dt.timedelta(hours=2 * batch)
+    clicks = [
+        {"click_id": batch * 10 + 1, "ad_id": "a1", "clicked_at": base + dt.timedelta(minutes=5)},
+        {"click_id": batch * 10 + 2, "ad_id": "a2", "clicked_at": base + dt.timedelta(minutes=12)},
+        {"click_id": batch * 10 + 3, "ad_id": None, "clicked_at": base + dt.timedelta(minutes=20)},
+    ]
+    if batch:
+        shown = AD_START + dt.timedelta(hours=2 * (batch - 1), minutes=30)
+        clicks.append(
+            {"click_id": batch * 10 + 4, "ad_id": "a4", "clicked_at": shown + dt.timedelta(hours=1)}
+        )
+    return [{**click, "offset": click["click_id"]} for click in clicks]
+
+
 def _schemas() -> dict[str, Any]:
     import pyarrow as pa
 
@@ -85,6 +120,14 @@ def _schemas() -> dict[str, Any]:
              ("ordered_at", pa.timestamp("us", tz="UTC"))]
         ),
         "customers": pa.schema([("customer_id", pa.int64()), ("name", pa.string()), ("tier", pa.string())]),
+        "impressions": pa.schema(
+            [("impression_id", pa.int64()), ("ad_id", pa.string()),
+             ("shown_at", pa.timestamp("us", tz="UTC")), ("offset", pa.int64())]
+        ),
+        "clicks": pa.schema(
+            [("click_id", pa.int64()), ("ad_id", pa.string()),
+             ("clicked_at", pa.timestamp("us", tz="UTC")), ("offset", pa.int64())]
+        ),
         "orders": pa.schema(
             [("order_id", pa.int64()), ("customer_id", pa.int64()), ("amount", pa.float64())]
         ),
@@ -92,7 +135,7 @@ def _schemas() -> dict[str, Any]:
 
 
 def write_batch(paths: dict[str, Path], kind: str) -> dict[str, Any]:
-    """Append the next batch of example changes to the tables of ``kind`` (``kip99`` or ``kip213``).
+    """Append the next batch of example changes to the tables of ``kind`` (``kip99``, ``kip213``, ``ads``).
 
     Creates the tables (change data feed on) when absent. Writes with ``deltalake`` (no JVM needed).
     Returns ``{"batch": n, "versions": {table: version}}``.
@@ -127,6 +170,10 @@ def write_batch(paths: dict[str, Path], kind: str) -> dict[str, Any]:
                 {"order_id": 1000 + batch * 10 + i, "customer_id": 1 + i, "amount": 7.5 * i} for i in range(3)
             ]
             _append(paths["orders"], "orders", new)
+    elif kind == "ads":
+        batch = _next_batch(kind, paths["impressions"])
+        _append(paths["impressions"], "impressions", impressions_batch(batch))
+        _append(paths["clicks"], "clicks", clicks_batch(batch))
     else:
         raise ValueError(f"unknown example kind {kind!r}")
     versions = {name: DeltaTable(str(path)).version() for name, path in paths.items()}
@@ -141,6 +188,9 @@ def _next_batch(kind: str, path: Path) -> int:
     import pyarrow.compute as pc
     from deltalake import DeltaTable
 
+    if kind == "ads":  # batch n's impressions have ids n*10+1..n*10+4
+        ids = pa.table(DeltaTable(str(path)).to_pyarrow_table(columns=["impression_id"]))["impression_id"]
+        return int(pc.max(ids).as_py()) // 10 + 1
     if kind == "kip99":  # batch n's events have lsn n*100+1...
         lsn = pa.table(DeltaTable(str(path)).to_pyarrow_table(columns=["lsn"]))["lsn"]
         return int(pc.max(lsn).as_py()) // 100 + 1

@@ -74,6 +74,8 @@ PY
 run_dag fkjoin_kip99_global_table
 run_dag fkjoin_kip213_fk_join
 run_dag fkjoin_kip213_fk_join
+run_dag fkjoin_windowed_ad_clicks
+run_dag fkjoin_windowed_ad_clicks
 
 # a few rows of each join's output, read with deltalake's query engine (no JVM; applies deletion vectors)
 .venv/bin/python - "$FKJOIN_WAREHOUSE" <<'PY'
@@ -84,7 +86,7 @@ import pyarrow as pa
 from deltalake import DeltaTable, QueryBuilder
 
 warehouse = Path(sys.argv[1])
-for name, key in (("orders_enriched", "order_id"), ("orders_customers", "order_id")):
+for name, key in (("orders_enriched", "order_id"), ("orders_customers", "order_id"), ("ad_clicks", "event_time")):
     table = DeltaTable(str(warehouse / name))
     query = QueryBuilder().register("t", table)
     (count,) = pa.table(query.execute("SELECT count(*) AS n FROM t").read_all()).column("n").to_pylist()

@@ -4,6 +4,12 @@ from airflow_provider_fkjoin.operators.joins import (
     ForeignKeyJoinOperator,
     GlobalTableBootstrapOperator,
     StreamTableJoinOperator,
+    WindowedJoinOperator,
 )
 
-__all__ = ["ForeignKeyJoinOperator", "GlobalTableBootstrapOperator", "StreamTableJoinOperator"]
+__all__ = [
+    "ForeignKeyJoinOperator",
+    "GlobalTableBootstrapOperator",
+    "StreamTableJoinOperator",
+    "WindowedJoinOperator",
+]

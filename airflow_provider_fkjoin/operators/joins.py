@@ -484,3 +484,79 @@ class StreamTableJoinOperator(_FkJoinOperator):
             "output": output,
         }
         super().__init__(spec_args=spec_args, **kwargs)
+
+
+class WindowedJoinOperator(_FkJoinOperator):
+    """Join two event streams inside a time window, Kafka's KStream-KStream join (``kind: windowed_join``).
+
+    :param mode: ``stream`` (two append-only event tables; the output is append-only).
+    :param left: ``{"path": ..., "key": [...], "time": ..., "order_by": [...]}`` the left events.
+    :param right: the right events, keyed like the left.
+    :param window: ``{"before": ..., "after": ..., "grace": ...}``, ms integers or ``"10s"``, ``"5m"``...
+    :param how: ``inner``, ``left`` or ``outer``.
+    :param late_unmatched: ``respect_grace`` (default) or ``emit_immediately``.
+    :param columns: optional projection over ``l`` and ``r``; the output also has ``event_time``.
+    :param allow_full_replace: let a refresh replace the append-only output when it must rebuild it.
+    :param output: the output table's path (or ``{"path": ...}``).
+
+    Example::
+
+        WindowedJoinOperator(
+            task_id="clicks_per_impression",
+            mode="stream",
+            left={"path": "/w/impressions", "key": ["ad_id"], "time": "shown_at", "order_by": ["offset"]},
+            right={"path": "/w/clicks", "key": ["ad_id"], "time": "clicked_at"},
+            window={"before": "1h", "after": "1h", "grace": "10m"},
+            how="left",
+            output="/w/ad_clicks",
+        )
+    """
+
+    kind = "windowed_join"
+    spec_fields = (
+        "mode",
+        "left",
+        "right",
+        "window",
+        "how",
+        "late_unmatched",
+        "columns",
+        "allow_full_replace",
+        "output",
+    )
+    input_sides = ("left", "right")
+    template_fields: Sequence[str] = (*map(_attr, spec_fields), *COMMON_TEMPLATE_FIELDS)
+    template_fields_renderers = {
+        "left": "json",
+        "right": "json",
+        "window": "json",
+        "columns": "json",
+        "conf": "json",
+    }
+
+    def __init__(
+        self,
+        *,
+        mode: str | None = None,
+        left: TableArg | None = None,
+        right: TableArg | None = None,
+        window: Mapping[str, Any] | None = None,
+        how: str | None = None,
+        late_unmatched: str | None = None,
+        columns: Mapping[str, str] | None = None,
+        allow_full_replace: bool | None = None,
+        output: TableArg | None = None,
+        **kwargs: Any,
+    ) -> None:
+        spec_args = {
+            "mode": mode,
+            "left": left,
+            "right": right,
+            "window": window,
+            "how": how,
+            "late_unmatched": late_unmatched,
+            "columns": columns,
+            "allow_full_replace": allow_full_replace,
+            "output": output,
+        }
+        super().__init__(spec_args=spec_args, **kwargs)

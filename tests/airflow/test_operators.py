@@ -18,6 +18,7 @@ from airflow_provider_fkjoin.operators import (
     ForeignKeyJoinOperator,
     GlobalTableBootstrapOperator,
     StreamTableJoinOperator,
+    WindowedJoinOperator,
 )
 from airflow_provider_fkjoin.operators.joins import _FkJoinOperator, asset_event_extra, parse_flag
 
@@ -266,6 +267,7 @@ def test_every_operator_templates_full_refresh():
         "ForeignKeyJoinOperator",
         "GlobalTableBootstrapOperator",
         "StreamTableJoinOperator",
+        "WindowedJoinOperator",
     }
     for operator in operators:
         assert "full_refresh" in operator.template_fields, operator.__name__
@@ -347,4 +349,45 @@ def test_write_path_is_passed_to_the_hook_and_templated(submitted):
 def test_an_unknown_write_path_fails_naming_the_argument(submitted):
     with pytest.raises(FkJoinBadInputError, match=r"write_path: expected one of auto, merge, got 'fast'"):
         fk_operator(write_path="fast").execute(context())
+    assert submitted == []
+
+
+def windowed_operator(**kwargs: Any) -> WindowedJoinOperator:
+    args = {
+        "task_id": "clicks",
+        "mode": "stream",
+        "left": {"path": "/w/impressions", "key": ["ad_id"], "time": "shown_at", "order_by": ["offset"]},
+        "right": {"path": "/w/clicks", "key": ["ad_id"], "time": "clicked_at"},
+        "window": {"before": "1h", "after": "1h", "grace": "{{ params.grace }}"},
+        "how": "left",
+        "output": "/w/ad_clicks",
+    }
+    return WindowedJoinOperator(**{**args, **kwargs})
+
+
+def test_windowed_join_spec_templates_inlets_and_outlet(submitted):
+    op = windowed_operator(late_unmatched="emit_immediately")
+    assert op.inlets == [Asset(uri="file:///w/impressions"), Asset(uri="file:///w/clicks")]
+    assert op.outlets == [Asset(uri="file:///w/ad_clicks")]
+    assert "window" in op.template_fields
+    op.render_template_fields(context(params={"grace": "10m"}))
+    op.execute(context())
+    assert submitted[0] == {
+        "kind": "windowed_join",
+        "mode": "stream",
+        "left": {"path": "/w/impressions", "key": ["ad_id"], "time": "shown_at", "order_by": ["offset"]},
+        "right": {"path": "/w/clicks", "key": ["ad_id"], "time": "clicked_at"},
+        "window": {"before": "1h", "after": "1h", "grace": "10m"},
+        "how": "left",
+        "late_unmatched": "emit_immediately",
+        "output": {"path": "/w/ad_clicks"},
+        "_full_refresh": False,
+        "_write_path": "auto",
+    }
+
+
+def test_windowed_join_inverted_window_fails_before_any_spark_job(submitted):
+    op = windowed_operator(window={"before": "1h", "after": "-2h"})
+    with pytest.raises(FkJoinBadInputError, match="window: before"):
+        op.execute(context())
     assert submitted == []
