@@ -191,9 +191,13 @@ def _join(left_rows: DataFrame, right_rows: DataFrame, shape: FkJoinShape, how: 
 
 
 def run_foreign_key_join(
-    spec: ForeignKeyJoinSpec, spark: SparkSession, options: RunOptions
+    spec: ForeignKeyJoinSpec, spark: SparkSession, options: RunOptions, *, identity: Any = None
 ) -> dict[str, Any]:
-    """Refresh the output of a foreign-key join once; see the module docstring for the algorithm."""
+    """Refresh the output of a foreign-key join once; see the module docstring for the algorithm.
+
+    ``identity`` is the spec the output's progress is recorded under when another kind runs as a
+    foreign-key join (a table-mode windowed join enriching a windowed table): its kind and fingerprint.
+    """
     started = time.monotonic()
     left = DeltaHandle(spark, spec.left, "left")
     right = DeltaHandle(spark, spec.right, "right")
@@ -234,7 +238,7 @@ def run_foreign_key_join(
         )
         for side, h in (("left", left), ("right", right))
     }
-    refresh, plan = begin_refresh(spec, output, current, options, started, warnings)
+    refresh, plan = begin_refresh(identity or spec, output, current, options, started, warnings)
     previous = refresh.previous
     if plan.mode == "noop":
         assert previous is not None
@@ -316,8 +320,8 @@ def _incremental(
     direct = refresh.direct_write_possible(*[side.changelog is None for side in sides.values()])
     empty: list[ChangedKeys] = []
     try:
-        left_changes = _read_changes(sides["left"], shape.left_key, left_from, empty, images=direct)
-        right_changes = _read_changes(sides["right"], shape.right_key, right_from, empty, images=direct)
+        left_changes = read_changes(sides["left"], shape.left_key, left_from, empty, images=direct)
+        right_changes = read_changes(sides["right"], shape.right_key, right_from, empty, images=direct)
     except RebuildRequired as unavailable:
         for changes in empty:
             changes.release()
@@ -359,7 +363,7 @@ def _incremental(
     return commit, rows
 
 
-def _read_changes(
+def read_changes(
     side: JoinInput, key: list[str], after: int, opened: list[ChangedKeys], *, images: bool
 ) -> ChangedKeys:
     """The keys a side changed after version ``after``: rows of a table, or new events of a changelog.

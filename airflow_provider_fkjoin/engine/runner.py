@@ -20,12 +20,15 @@ from .spec import WRITE_PATHS, AnySpec, load_spec, spec_expressions, spec_finger
 from .stream_join import run_stream_table_join
 from .tables import DeltaHandle
 from .windowed_stream import run_windowed_stream_join
+from .windowed_table import run_windowed_table_join
 
 _RUNNERS: dict[str, Callable[[Any, SparkSession, RunOptions], dict[str, Any]]] = {
     "foreign_key_join": run_foreign_key_join,
     "global_table_bootstrap": run_global_table_bootstrap,
     "stream_table_join": run_stream_table_join,
-    "windowed_join": run_windowed_stream_join,
+    "windowed_join": lambda spec, spark, options: (
+        run_windowed_stream_join if spec.mode == "stream" else run_windowed_table_join
+    )(spec, spark, options),
 }
 
 

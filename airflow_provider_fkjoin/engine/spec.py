@@ -611,8 +611,135 @@ class WindowedJoinSpec(_KindSpec):
         return {"allow_full_replace"}
 
 
-AnySpec = ForeignKeyJoinSpec | GlobalTableBootstrapSpec | StreamTableJoinSpec | WindowedJoinSpec
-Spec = Annotated[AnySpec, Field(discriminator="kind")]
+class TableWindow(_Strict):
+    """The window columns of a windowed table (one row per key and window, as a windowed aggregation
+    writes them), and for the right side an ``offset`` that shifts its windows before matching
+    (``-7d``: a left window joins the right window a week earlier)."""
+
+    start: str
+    end: str
+    offset: Duration = 0
+
+    @field_validator("start", "end")
+    @classmethod
+    def _names_ok(cls, value: str) -> str:
+        return check_column_name(value)
+
+    @model_validator(mode="after")
+    def _distinct(self) -> TableWindow:
+        if self.start == self.end:
+            raise ValueError("start and end must be different columns")
+        return self
+
+
+class WindowedTableRef(SourceRef):
+    """A table side of a table-mode windowed join: keyed (``key``), optionally windowed (``window``)."""
+
+    window: TableWindow | None = None
+
+    @model_validator(mode="after")
+    def _window_not_in_key(self) -> WindowedTableRef:
+        if self.window is not None:
+            both = sorted({self.window.start, self.window.end} & set(self.key))
+            if both:
+                raise ValueError(
+                    f"window columns {both} are also in key; the key is the part without the window"
+                )
+        return self
+
+    @property
+    def full_key(self) -> list[str]:
+        """The table's primary key: ``key``, then the window's start and end."""
+        return list(self.key) + ([self.window.start, self.window.end] if self.window else [])
+
+
+class WindowedTableJoinSpec(_KindSpec):
+    """``windowed_join`` with ``mode: table``: Kafka's KTable-KTable join of two keyed tables, windowed
+    tables matched on the same (or a shifted) window, or a windowed table enriched from a plain one.
+
+    Example::
+
+        {"kind": "windowed_join", "mode": "table",
+         "left": {"path": "/w/errors_per_min", "key": ["service"], "window": {"start": "ws", "end": "we"}},
+         "right": {"path": "/w/errors_per_min", "key": ["service"],
+                   "window": {"start": "ws", "end": "we", "offset": "-7d"}},
+         "how": "left", "columns": {"errors_now": "l.errors", "errors_week_ago": "r.errors"},
+         "output": {"path": "/w/errors_vs_last_week"}}
+    """
+
+    kind: Literal["windowed_join"]
+    mode: Literal["table"]
+    left: WindowedTableRef
+    right: WindowedTableRef
+    how: Literal["inner", "left", "outer"] = "inner"
+    columns: dict[str, str] | None = None
+    output: OutputRef
+
+    @field_validator("columns")
+    @classmethod
+    def _columns_ok(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        if value is None:
+            return value
+        if not value:
+            raise ValueError("is empty: leave it out for the default projection")
+        for name, expression in value.items():
+            check_column_name(name)
+            if not expression.strip():
+                raise ValueError(f"{name}: expression is empty")
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> WindowedTableJoinSpec:
+        if len(self.left.key) != len(self.right.key):
+            raise ValueError(
+                f"left.key {self.left.key} and right.key {self.right.key} have different lengths: the sides "
+                "join on their keys, part by part"
+            )
+        if self.left.window is not None and self.left.window.offset:
+            raise ValueError("left.window.offset: only the right side's windows shift; move the offset there")
+        if self.left.window is None and self.right.window is not None:
+            raise ValueError(
+                "right.window: a plain left table cannot join a windowed right table; put the windowed table "
+                "on the left (it is then enriched from the plain one), or window both sides"
+            )
+        if self.enrichment and self.how == "outer":
+            raise ValueError(
+                "how: a windowed table enriched from a plain table is a foreign-key join: inner or left only"
+            )
+        if self.columns:
+            clash = sorted(set(self.columns) & set(self.left.full_key))
+            if clash:
+                raise ValueError(
+                    f"columns: {clash} are the output key (the left key and window) and are always included; "
+                    "drop them from columns or rename them"
+                )
+        check_distinct_locations(self.output, dict(self.inputs()))
+        return self
+
+    @property
+    def enrichment(self) -> bool:
+        """A windowed left table joined to a plain right table on the key part (a foreign-key join)."""
+        return self.left.window is not None and self.right.window is None
+
+    def inputs(self) -> dict[str, SourceRef]:
+        """The input tables by side name, in the order they appear in results."""
+        return {"left": self.left, "right": self.right}
+
+
+WindowedJoinModes = Annotated[WindowedJoinSpec | WindowedTableJoinSpec, Field(discriminator="mode")]
+
+
+AnySpec = (
+    ForeignKeyJoinSpec
+    | GlobalTableBootstrapSpec
+    | StreamTableJoinSpec
+    | WindowedJoinSpec
+    | WindowedTableJoinSpec
+)
+Spec = Annotated[
+    ForeignKeyJoinSpec | GlobalTableBootstrapSpec | StreamTableJoinSpec | WindowedJoinModes,
+    Field(discriminator="kind"),
+]
 _SPEC_ADAPTER: TypeAdapter[AnySpec] = TypeAdapter(Spec)
 KINDS = ("foreign_key_join", "global_table_bootstrap", "stream_table_join", "windowed_join")
 
@@ -627,7 +754,7 @@ def _field_path(loc: tuple[Any, ...]) -> str:
     for item in loc:
         if isinstance(item, int):
             parts.append(f"[{item}]")
-        elif item in KINDS or item in {"list[str]", "ForeignKeyExpr", "ChangelogFormat"}:
+        elif item in KINDS or item in {"list[str]", "ForeignKeyExpr", "ChangelogFormat", "stream", "table"}:
             continue
         else:
             parts.append(("." if parts else "") + str(item))
@@ -644,6 +771,13 @@ def _format_errors(error: ValidationError) -> str:
             message = "is required"
         elif item["type"] == "extra_forbidden":
             message = "is not a known field (check the spelling)"
+        elif item["type"] == "union_tag_invalid" and "mode" in str(item.get("ctx", {}).get("discriminator")):
+            path = "mode"
+            message = f"unknown mode {item.get('input', {}).get('mode')!r}; expected stream or table"
+        elif item["type"] == "union_tag_not_found" and "mode" in str(
+            item.get("ctx", {}).get("discriminator")
+        ):
+            path, message = "mode", "is required: stream or table"
         elif item["type"] == "union_tag_invalid":
             path = "kind"
             message = (
@@ -651,7 +785,8 @@ def _format_errors(error: ValidationError) -> str:
             )
         elif item["type"] == "union_tag_not_found":
             path, message = "kind", f"is required; one of {', '.join(KINDS)}"
-        line = message if path == "spec" and message.startswith("output.path") else f"{path}: {message}"
+        names_a_field = re.match(r"^[A-Za-z_][\w.\[\]]*: ", message) is not None
+        line = message if path == "spec" and names_a_field else f"{path}: {message}"
         if line not in seen:
             seen.add(line)
             lines.append(line)

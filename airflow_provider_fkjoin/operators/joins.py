@@ -487,16 +487,20 @@ class StreamTableJoinOperator(_FkJoinOperator):
 
 
 class WindowedJoinOperator(_FkJoinOperator):
-    """Join two event streams inside a time window, Kafka's KStream-KStream join (``kind: windowed_join``).
+    """A windowed join (``kind: windowed_join``): Kafka's KStream-KStream join of two event streams inside a
+    time window (``mode: stream``), or a KTable-KTable join of keyed, possibly windowed tables with a
+    shifted window (``mode: table``).
 
-    :param mode: ``stream`` (two append-only event tables; the output is append-only).
-    :param left: ``{"path": ..., "key": [...], "time": ..., "order_by": [...]}`` the left events.
-    :param right: the right events, keyed like the left.
-    :param window: ``{"before": ..., "after": ..., "grace": ...}``, ms integers or ``"10s"``, ``"5m"``...
+    :param mode: ``stream`` (two append-only event tables; the output is append-only) or ``table``.
+    :param left: stream mode: ``{"path": ..., "key": [...], "time": ..., "order_by": [...]}``; table
+        mode: ``{"path": ..., "key": [...], "window": {"start": ..., "end": ...}}`` (window optional).
+    :param right: the right side, keyed like the left (table mode: ``window.offset`` shifts it).
+    :param window: stream mode: ``{"before": ..., "after": ..., "grace": ...}``, ms or ``"10s"``, ``"5m"``...
     :param how: ``inner``, ``left`` or ``outer``.
-    :param late_unmatched: ``respect_grace`` (default) or ``emit_immediately``.
+    :param late_unmatched: stream mode: ``respect_grace`` (default) or ``emit_immediately``.
     :param columns: optional projection over ``l`` and ``r``; the output also has ``event_time``.
-    :param allow_full_replace: let a refresh replace the append-only output when it must rebuild it.
+    :param allow_full_replace: stream mode: let a refresh replace the append-only output when it must
+        rebuild it.
     :param output: the output table's path (or ``{"path": ...}``).
 
     Example::
