@@ -107,6 +107,39 @@ def clicks_batch(batch: int) -> list[dict[str, Any]]:
     return [{**click, "offset": click["click_id"]} for click in clicks]
 
 
+# -- windowed join, table mode: per-minute error counts (a windowed table) ---------------------------
+WEEK_START = dt.datetime(2025, 1, 6, tzinfo=dt.UTC)
+
+
+def _minute(week: int, minute: int) -> tuple[dt.datetime, dt.datetime]:
+    start = WEEK_START + dt.timedelta(weeks=week, minutes=minute)
+    return start, start + dt.timedelta(minutes=1)
+
+
+def errors_batch(batch: int) -> tuple[list[dict[str, Any]], list[tuple[str, int, int, int]]]:
+    """Batch ``batch`` of per-minute error counts: (new windows, late corrections).
+
+    Batch 0 writes last week's minutes 0-5 for ``api`` and ``web`` and this week's minutes 0-1 for
+    ``api``; each later batch adds this week's next two ``api`` minutes and one ``web`` minute, and
+    corrects the count of the previous batch's last ``api`` minute (a late update: its row changes).
+    Corrections are ``(service, week, minute, new_errors)``.
+    """
+    rows: list[tuple[str, int, int, int]] = []
+    corrections: list[tuple[str, int, int, int]] = []
+    if batch == 0:
+        rows += [(service, 0, m, m + 1) for service in ("api", "web") for m in range(6)]
+        rows += [("api", 1, m, 10 * (m + 1)) for m in range(2)]
+    else:
+        rows += [("api", 1, m, 10 * (m + 1)) for m in (2 * batch, 2 * batch + 1)]
+        rows.append(("web", 1, batch - 1, 3))
+        corrections.append(("api", 1, 2 * batch - 1, 100 + batch))
+    new = []
+    for service, week, minute, errors in rows:
+        start, end = _minute(week, minute)
+        new.append({"service": service, "ws": start, "we": end, "errors": errors})
+    return new, corrections
+
+
 def _schemas() -> dict[str, Any]:
     import pyarrow as pa
 
@@ -120,6 +153,10 @@ def _schemas() -> dict[str, Any]:
              ("ordered_at", pa.timestamp("us", tz="UTC"))]
         ),
         "customers": pa.schema([("customer_id", pa.int64()), ("name", pa.string()), ("tier", pa.string())]),
+        "errors_per_min": pa.schema(
+            [("service", pa.string()), ("ws", pa.timestamp("us", tz="UTC")),
+             ("we", pa.timestamp("us", tz="UTC")), ("errors", pa.int64())]
+        ),
         "impressions": pa.schema(
             [("impression_id", pa.int64()), ("ad_id", pa.string()),
              ("shown_at", pa.timestamp("us", tz="UTC")), ("offset", pa.int64())]
@@ -135,7 +172,8 @@ def _schemas() -> dict[str, Any]:
 
 
 def write_batch(paths: dict[str, Path], kind: str) -> dict[str, Any]:
-    """Append the next batch of example changes to the tables of ``kind`` (``kip99``, ``kip213``, ``ads``).
+    """Append the next batch of example changes to the tables of ``kind``: ``kip99``, ``kip213``, ``ads``
+    or ``errors``.
 
     Creates the tables (change data feed on) when absent. Writes with ``deltalake`` (no JVM needed).
     Returns ``{"batch": n, "versions": {table: version}}``.
@@ -170,6 +208,28 @@ def write_batch(paths: dict[str, Path], kind: str) -> dict[str, Any]:
                 {"order_id": 1000 + batch * 10 + i, "customer_id": 1 + i, "amount": 7.5 * i} for i in range(3)
             ]
             _append(paths["orders"], "orders", new)
+    elif kind == "errors":
+        batch = _next_batch(kind, paths["errors_per_min"])
+        new, corrections = errors_batch(batch)
+        _append(paths["errors_per_min"], "errors_per_min", new)
+        if corrections:
+            import pyarrow as pa
+
+            fixed = []
+            for service, week, minute, errors in corrections:
+                start, end = _minute(week, minute)
+                fixed.append({"service": service, "ws": start, "we": end, "errors": errors})
+            (
+                DeltaTable(str(paths["errors_per_min"]))
+                .merge(
+                    pa.Table.from_pylist(fixed, schema=_schemas()["errors_per_min"]),
+                    predicate="t.service = s.service AND t.ws = s.ws AND t.we = s.we",
+                    source_alias="s",
+                    target_alias="t",
+                )
+                .when_matched_update(updates={"errors": "s.errors"})
+                .execute()
+            )
     elif kind == "ads":
         batch = _next_batch(kind, paths["impressions"])
         _append(paths["impressions"], "impressions", impressions_batch(batch))
@@ -188,6 +248,14 @@ def _next_batch(kind: str, path: Path) -> int:
     import pyarrow.compute as pc
     from deltalake import DeltaTable
 
+    if kind == "errors":  # batch n >= 1 adds this week's api minutes 2n and 2n+1
+        table = pa.table(DeltaTable(str(path)).to_pyarrow_table(columns=["service", "ws"]))
+        this_week = [
+            ws
+            for service, ws in zip(table["service"].to_pylist(), table["ws"].to_pylist(), strict=True)
+            if service == "api" and ws >= WEEK_START + dt.timedelta(weeks=1)
+        ]
+        return (len(this_week) - 2) // 2 + 1
     if kind == "ads":  # batch n's impressions have ids n*10+1..n*10+4
         ids = pa.table(DeltaTable(str(path)).to_pyarrow_table(columns=["impression_id"]))["impression_id"]
         return int(pc.max(ids).as_py()) // 10 + 1
