@@ -109,8 +109,10 @@ class StreamJoinModel:
             for seq, o in self.stored[other]
             if o.key == x.key and low <= o.t <= high and o.t >= floor
         ]
-        for _, _, o in sorted(matches, key=lambda m: (m[0], m[1])):
-            self.pending = [p for p in self.pending if p[2] is not o]
+        for _, seq, o in sorted(matches, key=lambda m: (m[0], m[1])):
+            # o is removed from pending as the other side's row it was stored as (in a same-table join
+            # one event is stored on both sides: its own left entry stays pending)
+            self.pending = [p for p in self.pending if not (p[0] == other and p[1] == seq)]
             left_row, right_row = (x.row, o.row) if side == "L" else (o.row, x.row)
             out.append(("J", left_row, right_row, max(x.t, o.t)))
         if not matches and self.outer(side):

@@ -40,6 +40,18 @@ def _holds_anything(spark, path: str) -> bool:
 
 STATE_SUFFIX = "_fkjoin_state"
 MARKER = "_fkjoin_write"
+#: What Delta says when a state table or the version asked for does not exist.
+GONE_MARKERS = (
+    "DELTA_TABLE_NOT_FOUND",
+    "DELTA_MISSING_DELTA_TABLE",
+    "PATH_NOT_FOUND",
+    "DELTA_CANNOT_TIME_TRAVEL",
+    "VERSION_NOT_FOUND",
+    "DELTA_VERSIONS_NOT_CONTIGUOUS",
+    "DELTA_LOG_FILE_NOT_FOUND",
+    "is not a Delta table",
+    "does not exist",
+)
 
 
 class StateTable:
@@ -52,14 +64,24 @@ class StateTable:
 
     @property
     def path(self) -> str:
+        """``<output path>_fkjoin_state/<name>``; an output named in a catalog has no path to put it beside
+        before it exists, so it is refused (SpecError naming ``output``)."""
+        if self.output.ref.path is None:
+            raise SpecError(
+                f"output: {self.output.location} is a catalog table, but this join keeps state in a Delta "
+                "table beside its output, which needs the output's path; give output.path instead of name"
+            )
         return f"{self.output.storage_path().rstrip('/')}{STATE_SUFFIX}/{self.name}"
 
     def readable(self, version: int) -> bool:
-        """Whether the table exists and can be read at ``version``."""
+        """Whether the table exists and holds ``version``. Only a missing table or version counts as
+        gone (the caller then rebuilds); any other failure (storage, permissions) is raised."""
         try:
             self.read(version).schema  # noqa: B018 - analysis resolves the version
-        except Exception:  # a missing table, a version gone from the log: the caller rebuilds
-            return False
+        except Exception as error:
+            if any(marker in str(error) for marker in GONE_MARKERS):
+                return False
+            raise
         return True
 
     def _history(self, limit: int) -> list:

@@ -26,10 +26,10 @@ the reference's order, but computes every outcome with joins and window function
    it is emitted unmatched. Otherwise it stays pending.
 
 State between refreshes: stream time and each side's observed time ride in the output commit's progress;
-pending rows live in an engine-owned Delta table inside the output's folder (``_fkjoin_state``, which
-Delta's VACUUM of the output skips). Each refresh rewrites the state table first, then appends to the
-output with a commit recording that state version, so a crash between the two commits leaves the state
-version the output names untouched, and the rerun starts from it.
+pending rows live in an engine-owned Delta table beside the output (``<output>_fkjoin_state/pending``,
+:mod:`.state_tables`). Each refresh rewrites the state table first, then appends to the output with a
+commit recording that state version, so a crash between the two commits leaves the state version the
+output names untouched, and the rerun starts from it.
 
 Example::
 
@@ -52,7 +52,7 @@ from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from .changes import read_feed
+from .changes import maybe_broadcast, read_feed
 from .errors import FullRebuildRefusedError, InputDataError, SpecError
 from .expressions import check_expressions, schema_probe
 from .merge import Commit, RefreshContext, RunOptions, append_output, begin_refresh
@@ -181,6 +181,9 @@ def run_windowed_stream_join(
     started = time.monotonic()
     handles = {side: DeltaHandle(spark, getattr(spec, side), side) for side in SIDES}
     output = DeltaHandle(spark, spec.output, "output")
+    state = StateTable(output)
+    if spec.how != "inner":
+        state.path  # noqa: B018 - a join that keeps pending rows needs an output path: refused here, early
     for handle in handles.values():
         handle.require()
     states: dict[str, TableState] = {side: handles[side].state() for side in SIDES}
@@ -204,7 +207,6 @@ def run_windowed_stream_join(
         assert previous is not None
         phase("committed")
         return refresh.result(plan, previous.output_version, _rows())
-    state = StateTable(output)
     carried = None
     if plan.mode == "incremental":
         assert previous is not None
@@ -536,9 +538,13 @@ class StreamJoinRefresh:
         stored = ranked.where(~F.col(_NULL))
         columns = [_SIDE, *self.key_columns, _T, _G, _LEFT_ROW, _RIGHT_ROW]
         candidates = stored.select(*columns)
+        # Earlier rows can only pair with a new row of the same key: keep those keys' rows only.
+        new_keys = stored.select(*self.key_columns).distinct()
+        new_keys = maybe_broadcast(new_keys, self.new_row_count)
         for side in (0, 1):
             earlier = self._earlier_rows(side)
             if earlier is not None:
+                earlier = earlier.join(new_keys, self.key_columns, "left_semi")
                 earlier = earlier.withColumn(_G, F.lit(None).cast(_RANK_TYPE))
                 candidates = candidates.unionByName(earlier.select(*columns))
                 if self.spec.same_table:
@@ -656,6 +662,7 @@ class StreamJoinRefresh:
                 new[side], counts[side] = self._new_rows(side)
             if self.spec.same_table:
                 counts[1] = counts[0]
+            self.new_row_count = counts[0]["rows"] + counts[1]["rows"]
             phase("changes_read")
             output_rows, remaining = self.compute(new)
             output_rows = output_rows.persist(StorageLevel.MEMORY_AND_DISK)
@@ -685,6 +692,7 @@ class StreamJoinRefresh:
         return commit, rows
 
     pending_rows = 0
+    new_row_count = 0
 
     def _next_state(self, counts: dict[int, dict[str, Any]], remaining: DataFrame | None) -> CarriedState:
         """The state after this refresh: the pending rows written (state table first), and the times."""
