@@ -4,7 +4,8 @@ Crash tests kill a refresh when they read a marker, and in-process tests registe
 an exact point (say, let a second refresh commit first), so markers are emitted synchronously and
 flushed when the phase is reached. Phases: ``pinned``, ``changes_read``, ``merge_started`` (the write
 begins), ``committing`` (a net-change commit is about to commit), ``compacting`` (after the commit, when
-the output is compacted) and ``committed``.
+the output is compacted), ``state_written`` (a windowed join's state table is written, its output not
+yet) and ``committed``.
 """
 
 from __future__ import annotations

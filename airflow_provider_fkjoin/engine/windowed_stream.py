@@ -707,6 +707,7 @@ class StreamJoinRefresh:
             self.cached.append(remaining)
             self.pending_rows = remaining.count()
             version = self.state.write(remaining)
+            phase("state_written")
         return CarriedState(stream_time, observed, version)
 
 
