@@ -3,8 +3,9 @@
 
 Two append-only event tables (``impressions`` left, ``clicks`` right), ``--events`` rows each, spread
 evenly over 30 days in arrival order (a minute of jitter) and over ``--keys`` ad ids; a left join with a
-1-hour window on both sides and 10 minutes of grace. The engine's first run processes every row; then each round appends ``--new-share``
-of new events to each side (the newest times, as live data arrives) and times:
+1-hour window on both sides and 10 minutes of grace. The engine's first run processes every row; then
+each round appends ``--new-share`` of new events to each side (the newest times, as live data arrives)
+and times:
 
 * the engine's incremental refresh (``run_spec``), and
 * the Spark baseline: the band join of all rows (left outer join on the key and the time band),
