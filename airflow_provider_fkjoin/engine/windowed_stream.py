@@ -551,6 +551,8 @@ class StreamJoinRefresh:
                     candidates = candidates.unionByName(self._as_right(earlier).select(*columns))
                     break
         pairs = stored.alias("x").join(candidates.alias("o"), self._fetch_condition("x", "o"))
+        pairs = pairs.persist(StorageLevel.MEMORY_AND_DISK)
+        self.cached.append(pairs)
         left_time = F.col(f"l.{quote(self.spec.left.time)}")
         right_time = F.col(f"r.{quote(self.spec.right.time)}")
         joined = pairs.select(
@@ -586,7 +588,8 @@ class StreamJoinRefresh:
             pending = pending.unionByName(earlier_pending.select(*pending.columns))
         pending = pending.persist(StorageLevel.MEMORY_AND_DISK)
         self.cached.append(pending)
-        settled = self._settle(pending, stored)
+        settled = self._settle(pending, stored).persist(StorageLevel.MEMORY_AND_DISK)
+        self.cached.append(settled)
         emitted = (
             settled.where(F.col("_fkjoin_emit"))
             .select(*[c for c in joined.columns if c != "_fkjoin_kind"])
