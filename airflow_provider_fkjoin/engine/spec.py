@@ -52,6 +52,20 @@ def check_column_name(name: str) -> str:
     return name
 
 
+def check_projection(value: dict[str, str] | None) -> dict[str, str] | None:
+    """A spec's ``columns`` (output column -> Spark SQL): None, or non-empty with usable names and
+    non-empty expressions (what each expression may contain is checked against the live schemas)."""
+    if value is None:
+        return value
+    if not value:
+        raise ValueError("is empty: leave it out for the default projection")
+    for name, expression in value.items():
+        check_column_name(name)
+        if not expression.strip():
+            raise ValueError(f"{name}: expression is empty")
+    return value
+
+
 def quote(name: str) -> str:
     """Quote a column name for Spark SQL, escaping backticks, so any name read from a schema is safe.
 
@@ -208,15 +222,7 @@ class ForeignKeyJoinSpec(_KindSpec):
     @field_validator("columns")
     @classmethod
     def _columns_ok(cls, value: dict[str, str] | None) -> dict[str, str] | None:
-        if value is None:
-            return value
-        if not value:
-            raise ValueError("is empty: leave it out for the default projection")
-        for name, expression in value.items():
-            check_column_name(name)
-            if not expression.strip():
-                raise ValueError(f"{name}: expression is empty")
-        return value
+        return check_projection(value)
 
     @model_validator(mode="after")
     def _consistent(self) -> ForeignKeyJoinSpec:
@@ -421,15 +427,7 @@ class StreamTableJoinSpec(_KindSpec):
     @field_validator("columns")
     @classmethod
     def _columns_ok(cls, value: dict[str, str] | None) -> dict[str, str] | None:
-        if value is None:
-            return value
-        if not value:
-            raise ValueError("is empty: leave it out for the default projection")
-        for name, expression in value.items():
-            check_column_name(name)
-            if not expression.strip():
-                raise ValueError(f"{name}: expression is empty")
-        return value
+        return check_projection(value)
 
     @model_validator(mode="after")
     def _consistent(self) -> StreamTableJoinSpec:
@@ -566,15 +564,8 @@ class WindowedJoinSpec(_KindSpec):
     @field_validator("columns")
     @classmethod
     def _columns_ok(cls, value: dict[str, str] | None) -> dict[str, str] | None:
-        if value is None:
-            return value
-        if not value:
-            raise ValueError("is empty: leave it out for the default projection")
-        for name, expression in value.items():
-            check_column_name(name)
-            if not expression.strip():
-                raise ValueError(f"{name}: expression is empty")
-        if EVENT_TIME in value:
+        value = check_projection(value)
+        if value is not None and EVENT_TIME in value:
             raise ValueError(
                 f"{EVENT_TIME}: the output always has an {EVENT_TIME!r} column (the pair's later time); "
                 "name this column differently"
@@ -678,15 +669,7 @@ class WindowedTableJoinSpec(_KindSpec):
     @field_validator("columns")
     @classmethod
     def _columns_ok(cls, value: dict[str, str] | None) -> dict[str, str] | None:
-        if value is None:
-            return value
-        if not value:
-            raise ValueError("is empty: leave it out for the default projection")
-        for name, expression in value.items():
-            check_column_name(name)
-            if not expression.strip():
-                raise ValueError(f"{name}: expression is empty")
-        return value
+        return check_projection(value)
 
     @model_validator(mode="after")
     def _consistent(self) -> WindowedTableJoinSpec:
