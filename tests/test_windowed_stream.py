@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import append_rows, create_table, table_version
+from helpers import append_rows, create_table, read_changes, table_version
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from windowed_model import Event, StreamJoinModel
@@ -66,17 +66,8 @@ def spec_for(left: Path, right: Path, out: Path, window: dict, how: str, **extra
 def appended(spark, out: Path, result: dict) -> Counter:
     """The rows the refresh of ``result`` appended to the output (its commit's change feed)."""
     version = result["output"]["version"]
-    rows = (
-        spark.read.format("delta")
-        .option("readChangeFeed", "true")
-        .option("startingVersion", version)
-        .option("endingVersion", version)
-        .load(str(out))
-        .where("_change_type = 'insert'")
-        .select("k", "lv", "rv", "event_time")
-        .collect()
-    )
-    return Counter(tuple(row) for row in rows)
+    rows = read_changes(spark, str(out), version, version)
+    return Counter((r["k"], r["lv"], r["rv"], r["event_time"]) for r in rows if r["_change_type"] == "insert")
 
 
 def expected(outputs: list) -> Counter:
@@ -130,6 +121,8 @@ def run_refreshes(
         got = appended(spark, out, result)
         shown = {"engine": sorted(got.items(), key=repr), "model": sorted(want.items(), key=repr)}
         assert got == want, f"refresh {number} ({how}, {window}): {shown}"
+        if how != "inner":
+            assert result["rows"]["pending"] == len(model.pending), (number, result["rows"])
     return results
 
 

@@ -8,15 +8,16 @@ output commit records the state version it goes with; a refresh reads exactly th
 commit whose refresh then failed is ignored.
 
     >>> state = StateTable(output)
-    >>> version = state.write(pending_rows)
-    >>> state.read(version).count()
-    7
+    >>> written = state.write(pending_rows)
+    >>> written.rows, state.read(written.version).count()
+    (7, 7)
 """
 
 from __future__ import annotations
 
 import json
 import uuid
+from typing import NamedTuple
 
 from delta.tables import DeltaTable
 from pyspark.sql import DataFrame
@@ -54,6 +55,13 @@ GONE_MARKERS = (
 )
 
 
+class StateWrite(NamedTuple):
+    """A state commit: its version, and the rows the table now holds."""
+
+    version: int
+    rows: int
+
+
 class StateTable:
     """One state table of an output (see the module docstring)."""
 
@@ -88,7 +96,7 @@ class StateTable:
         return (
             DeltaTable.forPath(self.spark, self.path)
             .history(limit)
-            .select("version", "userMetadata")
+            .select("version", "userMetadata", "operationMetrics")
             .collect()
         )
 
@@ -109,8 +117,9 @@ class StateTable:
         stored = self.spark.read.format("delta").option("versionAsOf", version).load(self.path)
         return stored.where(F.col(MARKER).isNull()).drop(MARKER)
 
-    def write(self, rows: DataFrame) -> int:
-        """Replace the table's rows with ``rows`` (schema included) in one commit; returns its version.
+    def write(self, rows: DataFrame) -> StateWrite:
+        """Replace the table's rows with ``rows`` (schema included) in one commit; returns its version and
+        how many rows it holds (from the commit's metrics: no count job).
 
         The commit is found again by a token in its metadata, so the version returned is this write's
         even when another refresh writes the same state table at the same time.
@@ -134,7 +143,8 @@ class StateTable:
         )
         for row in self._history(20):
             if row["userMetadata"] and token in row["userMetadata"]:
-                return int(row["version"])
+                written = int((row["operationMetrics"] or {}).get("numOutputRows", 1))
+                return StateWrite(int(row["version"]), written - 1)  # the marker row is not state
         raise ConcurrentRefreshError(
             f"state table {self.path} of output {self.output.location}: the state this refresh wrote is not "
             "in the table's recent history (other refreshes wrote it too); nothing was written to the "

@@ -706,10 +706,8 @@ class StreamJoinRefresh:
         )
         version = None
         if remaining is not None:
-            remaining = remaining.persist(StorageLevel.MEMORY_AND_DISK)
-            self.cached.append(remaining)
-            self.pending_rows = remaining.count()
-            version = self.state.write(remaining)
+            written = self.state.write(remaining)
+            version, self.pending_rows = written.version, written.rows
             phase("state_written")
         return CarriedState(stream_time, observed, version)
 
