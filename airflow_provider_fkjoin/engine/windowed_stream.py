@@ -97,6 +97,19 @@ def epoch_ms(column: Column, data_type: T.DataType) -> Column:
     return column.cast("long")
 
 
+def time_at_least(column: Column, data_type: T.DataType, ms: int) -> Column:
+    """``epoch_ms(column) >= ms`` written on the column itself against a constant, so that Delta can skip
+    files by their min/max statistics (it cannot see through ``epoch_ms``).
+
+    >>> time_at_least(F.col("shown_at"), T.TimestampType(), 1_700_000_000_123)  # shown_at >= ...:00.123
+    """
+    if isinstance(data_type, T.TimestampType):
+        return column >= F.timestamp_micros(F.lit(ms * 1000))
+    if isinstance(data_type, T.DateType):
+        return column >= F.date_from_unix_date(F.lit(-(-ms // 86_400_000)).cast("int"))
+    return column >= F.lit(ms)
+
+
 _TIME_TYPES = (T.TimestampType, T.DateType, T.LongType, T.IntegerType)
 
 
@@ -247,11 +260,13 @@ def run_windowed_stream_join(
 @dataclass(frozen=True)
 class CarriedState:
     """What a refresh hands the next one besides the inputs: stream time, each side's observed time (None:
-    nothing seen yet) and the version of the pending-rows table (None: the join keeps none)."""
+    nothing seen yet), the version of the pending-rows table (None: the join keeps none) and how many rows
+    it holds (sizes the next write)."""
 
     stream_time: int | None
     observed: tuple[int | None, int | None]
     state_version: int | None
+    pending_rows: int | None = None
 
     @staticmethod
     def empty() -> CarriedState:
@@ -266,6 +281,7 @@ class CarriedState:
             extra.get("stream_time"),
             (observed.get("left"), observed.get("right")),
             extra.get("state_version"),
+            extra.get("pending_rows"),
         )
 
     def to_extra(self) -> dict[str, Any]:
@@ -274,6 +290,7 @@ class CarriedState:
                 "stream_time": self.stream_time,
                 "observed": {"left": self.observed[0], "right": self.observed[1]},
                 "state_version": self.state_version,
+                "pending_rows": self.pending_rows,
             }
         }
 
@@ -375,13 +392,17 @@ class StreamJoinRefresh:
                 )
                 feed, version, change_type = handle.read(to), F.lit(0), F.lit("insert")
         rows = self._canonical(feed, side, version, [change_type.alias("_fkjoin_ct")])
-        counts = self._check(rows, name, handle, first, to)
-        rows = rows.drop("_fkjoin_ct")
         ordering = [F.col(_VERSION)] + [F.col(f"_fkjoin_o{i}") for i in range(len(self.refs[name].order_by))]
         ordering.append(F.col("_fkjoin_hash"))
-        numbered = rows.withColumn(_POS, F.row_number().over(Window.orderBy(*ordering)).cast("long"))
         order_columns = [f"_fkjoin_o{i}" for i in range(len(self.refs[name].order_by))]
-        return numbered.drop("_fkjoin_hash", _VERSION, *order_columns), counts
+        numbered = rows.withColumn(_POS, F.row_number().over(Window.orderBy(*ordering)).cast("long"))
+        # Cached once: the checks, the processing order and the pairs all read these rows, and the change
+        # feed is then read once per refresh instead of once per use.
+        numbered = numbered.drop("_fkjoin_hash", _VERSION, *order_columns)
+        numbered = numbered.persist(StorageLevel.MEMORY_AND_DISK)
+        self.cached.append(numbered)
+        counts = self._check(numbered, name, handle, first, to)
+        return numbered.drop("_fkjoin_ct"), counts
 
     def _check(self, rows: DataFrame, name: str, handle: DeltaHandle, after: int, to: int) -> dict[str, int]:
         ref = self.refs[name]
@@ -424,8 +445,13 @@ class StreamJoinRefresh:
         if observed is None or after is None:
             return None
         handle = self.handles[SIDES[side]]
-        rows = self._canonical(handle.read(after), side, F.lit(-1)).drop("_fkjoin_hash")
         floor = observed - self.retention + 1
+        # The filter on the input's own column lets Delta skip files by their statistics; the one on
+        # milliseconds is the exact rule.
+        retained = handle.read(after).where(
+            time_at_least(F.col(quote(self.refs[SIDES[side]].time)), self.shape.time_type, floor)
+        )
+        rows = self._canonical(retained, side, F.lit(-1)).drop("_fkjoin_hash")
         return rows.where(~F.col(_NULL) & (F.col(_T) >= F.lit(floor)))
 
     # -- computing -------------------------------------------------------------------------------------
@@ -674,7 +700,8 @@ class StreamJoinRefresh:
             carried = self._next_state(counts, remaining)
             phase("merge_started")
             request = refresh.request(self.plan.mode, self.plan.reason, extra=carried.to_extra())
-            commit = append_output(refresh.output, output_rows.drop("_fkjoin_kind"), request, replace=replace)
+            written = output_rows.drop("_fkjoin_kind").coalesce(_files_for(sum(kinds.values())))
+            commit = append_output(refresh.output, written, request, replace=replace)
         finally:
             for frame in self.cached:
                 frame.unpersist()
@@ -706,10 +733,20 @@ class StreamJoinRefresh:
         )
         version = None
         if remaining is not None:
-            written = self.state.write(remaining)
+            bound = self.new_row_count + (self.carried.pending_rows or 0)
+            written = self.state.write(remaining.coalesce(_files_for(bound)))
             version, self.pending_rows = written.version, written.rows
             phase("state_written")
-        return CarriedState(stream_time, observed, version)
+        return CarriedState(stream_time, observed, version, self.pending_rows)
+
+
+#: Rows per file the join writes (output and state): a small refresh writes one file, not one per task.
+ROWS_PER_FILE = 2_000_000
+
+
+def _files_for(rows: int) -> int:
+    """How many files ``rows`` rows are written as (at least one)."""
+    return max(1, -(-rows // ROWS_PER_FILE))
 
 
 def _max(*values: int | None) -> int | None:
