@@ -37,6 +37,27 @@ HOUR_MS = 3_600_000
 START_MS = 1_735_689_600_000  # 2025-01-01
 
 
+def event_rows(spark, keys: int, first: int, count: int, seed: int, t_from: int, t_span: int):
+    """``count`` events numbered from ``first`` over ``keys`` ad ids, times spread over ``t_span`` ms from
+    ``t_from`` in arrival order, with a minute of jitter (as a live stream's are: the files of an event
+    table then cover successive time ranges, which Delta's file statistics can skip)."""
+    from pyspark.sql import functions as F
+
+    ids = spark.range(first, first + count)
+    return ids.select(
+        F.col("id").alias("event_id"),
+        F.concat(F.lit("ad"), F.pmod(F.xxhash64("id", F.lit(seed)), F.lit(keys)).cast("string")).alias(
+            "ad_id"
+        ),
+        (
+            F.lit(t_from)
+            + ((F.col("id") - F.lit(first)) * F.lit(t_span) / F.lit(max(count, 1))).cast("long")
+            + F.pmod(F.xxhash64("id", F.lit(seed + 1)), F.lit(60_000))
+        ).alias("t"),
+        F.col("id").alias("offset"),
+    )
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--events", type=int, default=1_000_000, help="rows per side")
@@ -46,11 +67,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--workdir", type=Path, default=HERE / "data" / "windowed")
     p.add_argument("--master", default="local[2]")
     p.add_argument("--json-out", type=Path, default=None)
+    p.add_argument(
+        "--executions", action="store_true", help="list each refresh's SQL executions (offset, duration)"
+    )
     return p.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    from fixed_cost_probe import _describe as describe
     from pyspark.sql import functions as F
 
     from airflow_provider_fkjoin.engine import get_spark, run_spec
@@ -63,30 +88,13 @@ def main(argv: list[str] | None = None) -> int:
     out, baseline = args.workdir / "ad_clicks", args.workdir / "baseline"
     span = 30 * DAY_MS
 
-    def events(first: int, count: int, seed: int, t_from: int, t_span: int):
-        ids = spark.range(first, first + count)
-        return ids.select(
-            F.col("id").alias("event_id"),
-            F.concat(
-                F.lit("ad"), F.pmod(F.xxhash64("id", F.lit(seed)), F.lit(args.keys)).cast("string")
-            ).alias("ad_id"),
-            # events arrive roughly in time order (a minute of jitter), as a live stream's do: the files of
-            # an event table then cover successive time ranges, which Delta's file statistics can skip
-            (
-                F.lit(t_from)
-                + ((F.col("id") - F.lit(first)) * F.lit(t_span) / F.lit(max(count, 1))).cast("long")
-                + F.pmod(F.xxhash64("id", F.lit(seed + 1)), F.lit(60_000))
-            ).alias("t"),
-            F.col("id").alias("offset"),
-        )
-
     def append(frame, path: Path, mode: str = "append") -> None:
         frame.write.format("delta").mode(mode).option("delta.enableChangeDataFeed", "true").save(str(path))
 
     started = time.perf_counter()
     rows_per_file = 200_000
     for side, seed in ((left, 1), (right, 2)):
-        frame = events(0, args.events, seed, START_MS, span)
+        frame = event_rows(spark, args.keys, 0, args.events, seed, START_MS, span)
         frame = frame.repartitionByRange(max(args.events // rows_per_file, 1), "t").sortWithinPartitions("t")
         append(frame, side, "overwrite")
     generate_s = round(time.perf_counter() - started, 2)
@@ -123,18 +131,32 @@ def main(argv: list[str] | None = None) -> int:
         joined.write.format("delta").mode("overwrite").save(str(baseline))
         return round(time.perf_counter() - began, 2)
 
+    store = spark._jsparkSession.sharedState().statusStore()  # type: ignore[attr-defined]
+    context = spark.sparkContext._jsc.sc()  # type: ignore[attr-defined]
+
+    def executions_since(last: int) -> list:
+        context.listenerBus().waitUntilEmpty()
+        listed = store.executionsList()
+        return [e for e in (listed.apply(i) for i in range(listed.size())) if int(e.executionId()) > last]
+
     new = max(int(args.events * args.new_share), 1)
     rounds = []
     for index in range(args.repeat):
         t_from = START_MS + span + index * HOUR_MS
         base = args.events + index * new
-        append(events(base, new, 1, t_from, HOUR_MS), left)
-        append(events(base, new, 2, t_from, HOUR_MS), right)
-        began = time.perf_counter()
+        append(event_rows(spark, args.keys, base, new, 1, t_from, HOUR_MS), left)
+        append(event_rows(spark, args.keys, base, new, 2, t_from, HOUR_MS), right)
+        last = max((int(e.executionId()) for e in executions_since(-1)), default=-1)
+        began, began_ms = time.perf_counter(), time.time() * 1000
         result = run_spec(spec, spark=spark)
         refresh_s = round(time.perf_counter() - began, 2)
+        listed = [describe(e, began_ms) for e in executions_since(last)] if args.executions else []
         recompute_s = recompute()
-        rounds.append({"refresh_s": refresh_s, "recompute_s": recompute_s, "rows": result["rows"]})
+        rounds.append(
+            {"refresh_s": refresh_s, "recompute_s": recompute_s, "rows": result["rows"], "executions": listed}
+        )
+        for line in listed:
+            print(f"    {line}", flush=True)
         print(f"[windowed] round {index + 1}: refresh {refresh_s}s, recompute {recompute_s}s", flush=True)
     ratios = [r["refresh_s"] / r["recompute_s"] for r in rounds]
     report = {

@@ -1,0 +1,178 @@
+#!/usr/bin/env python
+"""Probe: the least a stream-mode windowed-join refresh built to the issue's design can cost here.
+
+The design (issue 13, reference §1) keeps the join's pending rows in an engine-owned Delta table that is
+committed before the output, and reads the inputs themselves as the window stores. So a refresh must, at
+the least:
+
+* read both inputs' change feeds since their consumed versions (the new events);
+* read both inputs at their consumed versions, limited to the retention window (``t >= observed -
+  (before + after + grace) + 1``: the rows a new event can still pair with; the tables are laid out by
+  time, so Delta skips the other files by their statistics);
+* read the pending rows at the state version the last refresh recorded;
+* commit the new pending rows (one Delta overwrite of the state table);
+* append the new output rows (one Delta commit).
+
+This probe does exactly that with Spark's own Delta reader and writer, the reads as one action, and
+nothing else (no checks, no ordering, no pairs: the rows written are the new left events), on
+``bench_windowed.py``'s own data and batches. In the same session it times the from-scratch band join
+(the issue's baseline), so ``floor / recompute`` is the best ratio any refresh of this design reaches
+on this machine and stack.
+
+    .venv/bin/python bench/floor_probe_windowed.py --events 10000000 --keys 1000000 --repeat 3 \\
+        --json-out bench/results_floor_windowed_10m.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(HERE))
+
+from bench_windowed import DAY_MS, HOUR_MS, START_MS, event_rows  # noqa: E402
+
+RETENTION_MS = HOUR_MS + HOUR_MS + 10 * 60_000  # before + after + grace, as in bench_windowed
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--events", type=int, default=1_000_000, help="rows per side")
+    p.add_argument("--keys", type=int, default=100_000)
+    p.add_argument("--new-share", type=float, default=0.001, help="new events per side per refresh")
+    p.add_argument("--pending", type=int, default=15_000, help="rows in the pending-state table")
+    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--workdir", type=Path, default=HERE / "data" / "floor_windowed")
+    p.add_argument("--master", default="local[2]")
+    p.add_argument("--json-out", type=Path, default=None)
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    from pyspark.sql import functions as F
+
+    from airflow_provider_fkjoin.engine import get_spark
+
+    spark = get_spark(args.master, {"spark.sql.shuffle.partitions": "8", "spark.driver.memory": "8g"})
+    spark.sparkContext.setLogLevel("ERROR")
+    shutil.rmtree(args.workdir, ignore_errors=True)
+    args.workdir.mkdir(parents=True)
+    left, right = str(args.workdir / "impressions"), str(args.workdir / "clicks")
+    state, out, baseline = (str(args.workdir / n) for n in ("pending", "ad_clicks", "baseline"))
+    span = 30 * DAY_MS
+
+    def append(frame, path: str, mode: str = "append") -> None:
+        frame.write.format("delta").mode(mode).option("delta.enableChangeDataFeed", "true").save(path)
+
+    for side, seed in ((left, 1), (right, 2)):
+        frame = event_rows(spark, args.keys, 0, args.events, seed, START_MS, span)
+        frame = frame.repartitionByRange(max(args.events // 200_000, 1), "t").sortWithinPartitions("t")
+        append(frame, side, "overwrite")
+    pending = event_rows(spark, args.keys, 0, args.pending, 3, START_MS + span - HOUR_MS, HOUR_MS)
+    pending.coalesce(1).write.format("delta").save(state)
+    append(event_rows(spark, args.keys, 0, 1, 1, START_MS, 1).limit(0), out)
+
+    def version(path: str) -> int:
+        return int(spark.sql(f"DESCRIBE HISTORY delta.`{path}` LIMIT 1").first()["version"])
+
+    def floor(consumed: dict[str, int], observed: int, state_version: int, batch_left) -> dict[str, float]:
+        phases: dict[str, float] = {}
+        began = time.perf_counter()
+        reads = []
+        for path in (left, right):
+            reads.append(
+                spark.read.format("delta")
+                .option("readChangeFeed", "true")
+                .option("startingVersion", consumed[path] + 1)
+                .load(path)
+                .select("ad_id", "t")
+            )
+            reads.append(
+                spark.read.format("delta")
+                .option("versionAsOf", consumed[path])
+                .load(path)
+                .where(F.col("t") >= F.lit(observed - RETENTION_MS + 1))
+                .select("ad_id", "t")
+            )
+        held = spark.read.format("delta").option("versionAsOf", state_version).load(state)
+        reads.append(held.select("ad_id", "t"))
+        counted = reads[0].groupBy().count()
+        for frame in reads[1:]:
+            counted = counted.crossJoin(frame.groupBy().count())
+        counted.collect()
+        phases["reads (2 feeds, 2 retained windows, pending) as one action"] = time.perf_counter() - began
+        mark = time.perf_counter()
+        batch_left.coalesce(1).write.format("delta").mode("overwrite").save(state)
+        phases["state table overwrite (one commit)"] = time.perf_counter() - mark
+        mark = time.perf_counter()
+        batch_left.coalesce(1).write.format("delta").mode("append").save(out)
+        phases["output append (one commit)"] = time.perf_counter() - mark
+        phases["total"] = time.perf_counter() - began
+        return {name: round(seconds, 3) for name, seconds in phases.items()}
+
+    def recompute() -> float:
+        began = time.perf_counter()
+        lrows = spark.read.format("delta").load(left).alias("l")
+        rrows = spark.read.format("delta").load(right).alias("r")
+        band = (
+            (F.col("l.ad_id") == F.col("r.ad_id"))
+            & (F.col("r.t") >= F.col("l.t") - F.lit(HOUR_MS))
+            & (F.col("r.t") <= F.col("l.t") + F.lit(HOUR_MS))
+        )
+        joined = lrows.join(rrows, band, "left").select(
+            F.col("l.ad_id").alias("ad_id"),
+            F.col("l.event_id").alias("impression"),
+            F.col("r.event_id").alias("click"),
+            F.greatest(F.col("l.t"), F.col("r.t")).alias("event_time"),
+        )
+        joined.write.format("delta").mode("overwrite").save(baseline)
+        return round(time.perf_counter() - began, 2)
+
+    new = max(int(args.events * args.new_share), 1)
+    observed = START_MS + span
+    rounds = []
+    for index in range(args.repeat):
+        consumed = {path: version(path) for path in (left, right)}
+        state_version = version(state)
+        t_from = START_MS + span + index * HOUR_MS
+        base = args.events + index * new
+        batch = {
+            path: event_rows(spark, args.keys, base, new, seed, t_from, HOUR_MS)
+            for path, seed in ((left, 1), (right, 2))
+        }
+        for path, frame in batch.items():
+            append(frame, path)
+        phases = floor(consumed, observed, state_version, batch[left])
+        observed = t_from + HOUR_MS
+        recompute_s = recompute()
+        rounds.append({"floor_s": phases, "recompute_s": recompute_s})
+        total = phases["total"]
+        print(f"[floor-windowed] round {index + 1}: floor {total}s, recompute {recompute_s}s", flush=True)
+    ratios = [r["floor_s"]["total"] / r["recompute_s"] for r in rounds]
+    report = {
+        "command": " ".join(sys.argv),
+        "events_per_side": args.events,
+        "keys": args.keys,
+        "new_per_side": new,
+        "pending_rows": args.pending,
+        "rounds": rounds,
+        "floor_over_recompute": [round(r, 3) for r in ratios],
+        "median_ratio": round(statistics.median(ratios), 3),
+    }
+    print(json.dumps(report, indent=1))
+    if args.json_out:
+        args.json_out.write_text(json.dumps(report, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
