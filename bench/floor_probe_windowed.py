@@ -38,7 +38,7 @@ REPO = HERE.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(HERE))
 
-from bench_windowed import DAY_MS, HOUR_MS, START_MS, event_rows  # noqa: E402
+from bench_windowed import DAY_MS, HOUR_MS, START_MS, band_join, event_rows  # noqa: E402
 
 RETENTION_MS = HOUR_MS + HOUR_MS + 10 * 60_000  # before + after + grace, as in bench_windowed
 
@@ -119,24 +119,6 @@ def main(argv: list[str] | None = None) -> int:
         phases["total"] = time.perf_counter() - began
         return {name: round(seconds, 3) for name, seconds in phases.items()}
 
-    def recompute() -> float:
-        began = time.perf_counter()
-        lrows = spark.read.format("delta").load(left).alias("l")
-        rrows = spark.read.format("delta").load(right).alias("r")
-        band = (
-            (F.col("l.ad_id") == F.col("r.ad_id"))
-            & (F.col("r.t") >= F.col("l.t") - F.lit(HOUR_MS))
-            & (F.col("r.t") <= F.col("l.t") + F.lit(HOUR_MS))
-        )
-        joined = lrows.join(rrows, band, "left").select(
-            F.col("l.ad_id").alias("ad_id"),
-            F.col("l.event_id").alias("impression"),
-            F.col("r.event_id").alias("click"),
-            F.greatest(F.col("l.t"), F.col("r.t")).alias("event_time"),
-        )
-        joined.write.format("delta").mode("overwrite").save(baseline)
-        return round(time.perf_counter() - began, 2)
-
     new = max(int(args.events * args.new_share), 1)
     observed = START_MS + span
     rounds = []
@@ -153,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
             append(frame, path)
         phases = floor(consumed, observed, state_version, batch[left])
         observed = t_from + HOUR_MS
-        recompute_s = recompute()
+        recompute_s = band_join(spark, left, right, baseline)
         rounds.append({"floor_s": phases, "recompute_s": recompute_s})
         total = phases["total"]
         print(f"[floor-windowed] round {index + 1}: floor {total}s, recompute {recompute_s}s", flush=True)
