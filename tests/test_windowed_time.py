@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import datetime as dt
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from airflow_provider_fkjoin.engine.windowed_stream import time_at_least
+from airflow_provider_fkjoin.engine.windowed_stream import epoch_ms, time_at_least
 
 UTC = dt.UTC
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=UTC)
@@ -31,14 +31,24 @@ def _timestamp_ms(value: dt.datetime) -> int:
 
 
 def _check(spark, data_type: T.DataType, values: list, oracle_ms: list[int], floors: list[int]) -> None:
+    """``time_at_least`` per floor, and ``epoch_ms`` itself, against the Python milliseconds."""
     schema = T.StructType([T.StructField("i", T.IntegerType()), T.StructField("t", data_type)])
     frame = spark.createDataFrame(list(enumerate(values)), schema)
     kept = frame.select(
-        "i", *[time_at_least(F.col("t"), data_type, floor).alias(f"f{n}") for n, floor in enumerate(floors)]
+        "i",
+        epoch_ms(F.col("t"), data_type).alias("ms"),
+        *[time_at_least(F.col("t"), data_type, floor).alias(f"f{n}") for n, floor in enumerate(floors)],
     ).collect()
-    by_index = {row["i"]: [row[f"f{n}"] for n in range(len(floors))] for row in kept}
+    by_index = {row["i"]: row for row in kept}
     for index, ms in enumerate(oracle_ms):
-        assert by_index[index] == [ms >= floor for floor in floors], (data_type, values[index], ms, floors)
+        row = by_index[index]
+        assert row["ms"] == ms, (data_type, values[index])
+        assert [row[f"f{n}"] for n in range(len(floors))] == [ms >= floor for floor in floors], (
+            data_type,
+            values[index],
+            ms,
+            floors,
+        )
 
 
 def _floors_near(ms_values: list[int], offsets: list[int]) -> list[int]:
@@ -54,6 +64,8 @@ settings_ = settings(
 
 @settings_
 @given(values=st.lists(micros, min_size=1, max_size=12, unique=True), offsets=st.lists(millis, max_size=4))
+@example(values=[0, -1000, -1, 1_700_000_000_123_000, 1_700_000_000_123_999], offsets=[])
+@example(values=[2**44 * 1000 + 999, 2**50 + 999_999], offsets=[2**44])
 def test_timestamp_floor_matches_milliseconds(spark, values, offsets):
     stamps = [EPOCH + dt.timedelta(microseconds=v) for v in values]
     oracle = [_timestamp_ms(s) for s in stamps]

@@ -117,9 +117,10 @@ class StateTable:
         stored = self.spark.read.format("delta").option("versionAsOf", version).load(self.path)
         return stored.where(F.col(MARKER).isNull()).drop(MARKER)
 
-    def write(self, rows: DataFrame) -> StateWrite:
-        """Replace the table's rows with ``rows`` (schema included) in one commit; returns its version and
-        how many rows it holds (from the commit's metrics: no count job).
+    def write(self, rows: DataFrame, files: int | None = None) -> StateWrite:
+        """Replace the table's rows with ``rows`` (schema included) in one commit, as at most ``files``
+        files when given; returns its version and how many rows it holds (from the commit's metrics: no
+        count job).
 
         The commit is found again by a token in its metadata, so the version returned is this write's
         even when another refresh writes the same state table at the same time.
@@ -132,10 +133,11 @@ class StateTable:
             *[F.lit(None).cast(field.dataType).alias(field.name) for field in rows.schema.fields],
             F.lit(token).alias(MARKER),
         )
+        stored = rows.withColumn(MARKER, F.lit(None).cast("string")).unionByName(marker)
+        if files is not None:
+            stored = stored.coalesce(files)
         (
-            rows.withColumn(MARKER, F.lit(None).cast("string"))
-            .unionByName(marker)
-            .write.format("delta")
+            stored.write.format("delta")
             .mode("overwrite")
             .option("overwriteSchema", "true")
             .option("userMetadata", json.dumps({"fkjoin_state": token, "output": owner}))

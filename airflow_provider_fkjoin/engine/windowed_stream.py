@@ -91,7 +91,7 @@ def epoch_ms(column: Column, data_type: T.DataType) -> Column:
     """An event-time column as epoch milliseconds (BIGINT): TIMESTAMP to the millisecond, DATE at midnight
     UTC, BIGINT/INT as given."""
     if isinstance(data_type, T.TimestampType):
-        return F.floor(F.unix_micros(column) / 1000).cast("long")
+        return F.unix_millis(column)  # an exact floor division of the microseconds
     if isinstance(data_type, T.DateType):
         return (F.unix_date(column).cast("long") * F.lit(86_400_000)).cast("long")
     return column.cast("long")
@@ -446,11 +446,13 @@ class StreamJoinRefresh:
             return None
         handle = self.handles[SIDES[side]]
         floor = observed - self.retention + 1
-        # The filter on the input's own column lets Delta skip files by their statistics; the one on
-        # milliseconds is the exact rule.
-        retained = handle.read(after).where(
-            time_at_least(F.col(quote(self.refs[SIDES[side]].time)), self.shape.time_type, floor)
-        )
+        retained = handle.read(after)
+        if floor > 0:  # every stored time is at or after 0 (checked), so a floor below it filters nothing
+            # The filter on the input's own column lets Delta skip files by their statistics; the one on
+            # milliseconds is the exact rule.
+            retained = retained.where(
+                time_at_least(F.col(quote(self.refs[SIDES[side]].time)), self.shape.time_type, floor)
+            )
         rows = self._canonical(retained, side, F.lit(-1)).drop("_fkjoin_hash")
         return rows.where(~F.col(_NULL) & (F.col(_T) >= F.lit(floor)))
 
@@ -734,7 +736,7 @@ class StreamJoinRefresh:
         version = None
         if remaining is not None:
             bound = self.new_row_count + (self.carried.pending_rows or 0)
-            written = self.state.write(remaining.coalesce(_files_for(bound)))
+            written = self.state.write(remaining, files=_files_for(bound))
             version, self.pending_rows = written.version, written.rows
             phase("state_written")
         return CarriedState(stream_time, observed, version, self.pending_rows)
