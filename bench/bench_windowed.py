@@ -21,8 +21,6 @@ model). Figures go to ``bench/README.md``.
 from __future__ import annotations
 
 import argparse
-import json
-import shutil
 import statistics
 import sys
 import time
@@ -31,6 +29,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(HERE))
+
+from bench_common import bench_spark, parse_with_common, write_report  # noqa: E402
 
 DAY_MS = 86_400_000
 HOUR_MS = 3_600_000
@@ -86,26 +87,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--events", type=int, default=1_000_000, help="rows per side")
     p.add_argument("--keys", type=int, default=100_000)
     p.add_argument("--new-share", type=float, default=0.001, help="new events per side per refresh")
-    p.add_argument("--repeat", type=int, default=2)
-    p.add_argument("--workdir", type=Path, default=HERE / "data" / "windowed")
-    p.add_argument("--master", default="local[2]")
-    p.add_argument("--json-out", type=Path, default=None)
     p.add_argument(
         "--executions", action="store_true", help="list each refresh's SQL executions (offset, duration)"
     )
-    return p.parse_args(argv)
+    return parse_with_common(p, "windowed", argv, repeat=2)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from fixed_cost_probe import _describe as describe
 
-    from airflow_provider_fkjoin.engine import get_spark, run_spec
+    from airflow_provider_fkjoin.engine import run_spec
 
-    spark = get_spark(args.master, {"spark.sql.shuffle.partitions": "8", "spark.driver.memory": "8g"})
-    spark.sparkContext.setLogLevel("ERROR")
-    shutil.rmtree(args.workdir, ignore_errors=True)
-    args.workdir.mkdir(parents=True)
+    spark = bench_spark(args)
     left, right = args.workdir / "impressions", args.workdir / "clicks"
     out, baseline = args.workdir / "ad_clicks", args.workdir / "baseline"
     span = 30 * DAY_MS
@@ -176,9 +170,7 @@ def main(argv: list[str] | None = None) -> int:
         "rounds": rounds,
         "median_ratio": round(statistics.median(ratios), 3),
     }
-    print(json.dumps(report, indent=1, default=str))
-    if args.json_out:
-        args.json_out.write_text(json.dumps(report, indent=1, default=str) + "\n")
+    write_report(report, args.json_out)
     return 0
 
 

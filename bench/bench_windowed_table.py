@@ -20,8 +20,6 @@ Correctness is the test suite's job (a from-scratch oracle at every refresh); fi
 from __future__ import annotations
 
 import argparse
-import json
-import shutil
 import statistics
 import sys
 import time
@@ -30,6 +28,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(HERE))
+
+from bench_common import bench_spark, parse_with_common, write_report  # noqa: E402
 
 MINUTE_S = 60
 START_S = 1_735_689_600  # 2025-01-01
@@ -40,23 +41,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--services", type=int, default=50)
     p.add_argument("--days", type=int, default=14, help="minutes of windows per service (x 1,440)")
     p.add_argument("--changed-share", type=float, default=0.001, help="rows corrected per round")
-    p.add_argument("--repeat", type=int, default=3)
-    p.add_argument("--workdir", type=Path, default=HERE / "data" / "windowed_table")
-    p.add_argument("--master", default="local[2]")
-    p.add_argument("--json-out", type=Path, default=None)
-    return p.parse_args(argv)
+    return parse_with_common(p, "windowed_table", argv, repeat=3)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from pyspark.sql import functions as F
 
-    from airflow_provider_fkjoin.engine import get_spark, run_spec
+    from airflow_provider_fkjoin.engine import run_spec
 
-    spark = get_spark(args.master, {"spark.sql.shuffle.partitions": "8", "spark.driver.memory": "8g"})
-    spark.sparkContext.setLogLevel("ERROR")
-    shutil.rmtree(args.workdir, ignore_errors=True)
-    args.workdir.mkdir(parents=True)
+    spark = bench_spark(args)
     table, out, baseline = (str(args.workdir / n) for n in ("errors_per_min", "vs_last_week", "baseline"))
     minutes = args.days * 1440
     rows = args.services * minutes
@@ -139,9 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         "rounds": rounds,
         "median_ratio": round(statistics.median(ratios), 3),
     }
-    print(json.dumps(report, indent=1, default=str))
-    if args.json_out:
-        args.json_out.write_text(json.dumps(report, indent=1, default=str) + "\n")
+    write_report(report, args.json_out)
     return 0
 
 

@@ -26,8 +26,6 @@ on this machine and stack.
 from __future__ import annotations
 
 import argparse
-import json
-import shutil
 import statistics
 import sys
 import time
@@ -38,6 +36,7 @@ REPO = HERE.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(HERE))
 
+from bench_common import bench_spark, parse_with_common, write_report  # noqa: E402
 from bench_windowed import DAY_MS, HOUR_MS, START_MS, band_join, event_rows  # noqa: E402
 
 RETENTION_MS = HOUR_MS + HOUR_MS + 10 * 60_000  # before + after + grace, as in bench_windowed
@@ -49,23 +48,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--keys", type=int, default=100_000)
     p.add_argument("--new-share", type=float, default=0.001, help="new events per side per refresh")
     p.add_argument("--pending", type=int, default=15_000, help="rows in the pending-state table")
-    p.add_argument("--repeat", type=int, default=3)
-    p.add_argument("--workdir", type=Path, default=HERE / "data" / "floor_windowed")
-    p.add_argument("--master", default="local[2]")
-    p.add_argument("--json-out", type=Path, default=None)
-    return p.parse_args(argv)
+    return parse_with_common(p, "floor_windowed", argv, repeat=3)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from pyspark.sql import functions as F
 
-    from airflow_provider_fkjoin.engine import get_spark
-
-    spark = get_spark(args.master, {"spark.sql.shuffle.partitions": "8", "spark.driver.memory": "8g"})
-    spark.sparkContext.setLogLevel("ERROR")
-    shutil.rmtree(args.workdir, ignore_errors=True)
-    args.workdir.mkdir(parents=True)
+    spark = bench_spark(args)
     left, right = str(args.workdir / "impressions"), str(args.workdir / "clicks")
     state, out, baseline = (str(args.workdir / n) for n in ("pending", "ad_clicks", "baseline"))
     span = 30 * DAY_MS
@@ -150,9 +140,7 @@ def main(argv: list[str] | None = None) -> int:
         "floor_over_recompute": [round(r, 3) for r in ratios],
         "median_ratio": round(statistics.median(ratios), 3),
     }
-    print(json.dumps(report, indent=1))
-    if args.json_out:
-        args.json_out.write_text(json.dumps(report, indent=1) + "\n")
+    write_report(report, args.json_out)
     return 0
 
 

@@ -15,7 +15,6 @@ lists the Spark SQL executions of the last append of each kind.
 from __future__ import annotations
 
 import argparse
-import shutil
 import statistics
 import sys
 import time
@@ -24,26 +23,23 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(HERE))
+
+from bench_common import bench_spark, parse_with_common  # noqa: E402
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--repeat", type=int, default=4)
-    p.add_argument("--workdir", type=Path, default=HERE / "data" / "txn_append")
-    p.add_argument("--master", default="local[2]")
-    return p.parse_args(argv)
+    return parse_with_common(p, "txn_append", argv, repeat=4)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from fixed_cost_probe import _describe as describe
 
-    from airflow_provider_fkjoin.engine import get_spark
     from airflow_provider_fkjoin.engine.merge import OUTPUT_PROPERTIES
 
-    spark = get_spark(args.master, {"spark.sql.shuffle.partitions": "8", "spark.driver.memory": "8g"})
-    spark.sparkContext.setLogLevel("ERROR")
-    shutil.rmtree(args.workdir, ignore_errors=True)
+    spark = bench_spark(args)
     store = spark._jsparkSession.sharedState().statusStore()  # type: ignore[attr-defined]
     context = spark.sparkContext._jsc.sc()  # type: ignore[attr-defined]
 
