@@ -23,6 +23,10 @@ def spark():
             "spark.default.parallelism": "2",
             "spark.databricks.delta.snapshotPartitions": "2",
             "spark.sql.adaptive.coalescePartitions.initialPartitionNum": "2",
+            # 8 MB memory pages, not Spark's 64 MB for this heap: each 64 MB page is a humongous G1 object
+            # needing contiguous free regions, and a broadcast build once failed in a full run with
+            # "Not enough memory to build and broadcast" (a subset's heap stays under 1 GB after GC)
+            "spark.buffer.pageSize": "8m",
         },
         app_name="fkjoin-tests",
     )
@@ -36,3 +40,20 @@ def warehouse(tmp_path: Path) -> Iterator[Path]:
     path = tmp_path / "warehouse"
     path.mkdir()
     yield path
+
+
+@pytest.fixture(autouse=True)
+def no_cached_frames_left(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Fail a test whose run left a cached DataFrame behind: a long-lived session (Spark Connect, a
+    notebook) would keep it for good, and a test session's heap fills up. Cleared either way."""
+    yield
+    if "spark" not in request.fixturenames:
+        return
+    spark = request.getfixturevalue("spark")
+    cache = spark._jsparkSession.sharedState().cacheManager()
+    if cache.isEmpty():
+        return
+    plans = cache.cachedData()
+    leaked = [plans.apply(i).plan().simpleString(10)[:300] for i in range(plans.size())]
+    spark.catalog.clearCache()
+    pytest.fail(f"{len(leaked)} cached DataFrame(s) left behind:\n" + "\n".join(leaked))

@@ -141,15 +141,20 @@ def _changed_keys(
         .agg(*aggregates)
         .persist(StorageLevel.MEMORY_AND_DISK)
     )
-    stats = (
-        grouped.groupBy("_fkjoin_null")
-        .agg(
-            F.count(F.lit(1)).alias("keys"),
-            F.sum("_fkjoin_rows").alias("rows"),
-            F.sum("_fkjoin_live").alias("live"),
+    try:
+        stats = (
+            grouped.groupBy("_fkjoin_null")
+            .agg(
+                F.count(F.lit(1)).alias("keys"),
+                F.sum("_fkjoin_rows").alias("rows"),
+                F.sum("_fkjoin_live").alias("live"),
+            )
+            .collect()
         )
-        .collect()
-    )
+    except BaseException:
+        # a vacuumed feed fails here, after the cache was registered: a long-lived session must not keep it
+        grouped.unpersist()
+        raise
     count = change_rows = null_keys = 0
     for row in stats:
         change_rows += int(row["rows"] or 0)
