@@ -322,10 +322,14 @@ def _incremental(
     try:
         left_changes = read_changes(sides["left"], shape.left_key, left_from, empty, images=direct)
         right_changes = read_changes(sides["right"], shape.right_key, right_from, empty, images=direct)
-    except RebuildRequired as unavailable:
+    except BaseException as failed:
+        # a vacuumed feed rebuilds, any other failure (a bad changelog op) propagates: either way, what
+        # was already cached is released
         for changes in empty:
             changes.release()
-        return str(unavailable)
+        if isinstance(failed, RebuildRequired):
+            return str(failed)
+        raise
     phase("changes_read")
     cached: list[DataFrame] = []
     net: NetChanges | None = None
