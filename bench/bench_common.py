@@ -29,12 +29,13 @@ def parse_with_common(
     return parser.parse_args(argv)
 
 
-def bench_spark(args: argparse.Namespace):
-    """The engine's SparkSession for a benchmark (8 shuffle partitions, 8 GB driver), and an empty
-    ``args.workdir``."""
+def bench_spark(args: argparse.Namespace, conf: dict[str, str] | None = None):
+    """The engine's SparkSession for a benchmark (8 shuffle partitions, 8 GB driver, plus ``conf``), and an
+    empty ``args.workdir``."""
     from airflow_provider_fkjoin.engine import get_spark
 
-    spark = get_spark(args.master, {"spark.sql.shuffle.partitions": "8", "spark.driver.memory": "8g"})
+    settings = {"spark.sql.shuffle.partitions": "8", "spark.driver.memory": "8g", **(conf or {})}
+    spark = get_spark(args.master, settings)
     spark.sparkContext.setLogLevel("ERROR")
     shutil.rmtree(args.workdir, ignore_errors=True)
     args.workdir.mkdir(parents=True)

@@ -107,6 +107,33 @@ def clicks_batch(batch: int) -> list[dict[str, Any]]:
     return [{**click, "offset": click["click_id"]} for click in clicks]
 
 
+# -- self-join: card transactions (one append-only event table) -------------------------------------
+CARD_START = dt.datetime(2025, 1, 1, tzinfo=dt.UTC)
+
+
+def card_txns_batch(batch: int) -> list[dict[str, Any]]:
+    """Card transactions of batch ``batch`` (an hour after the previous batch): card c1 twice four minutes
+    apart, c2 twice fourteen minutes apart (outside ten minutes), c3 once, a transaction with no card (a
+    null key), and from batch 1 on a late c3 transaction five minutes after the previous batch's."""
+    base = CARD_START + dt.timedelta(hours=batch)
+    txns = [
+        ("c1", base + dt.timedelta(minutes=1), "atm-north", 200.0),
+        ("c1", base + dt.timedelta(minutes=5), "atm-south", 300.0),
+        ("c2", base + dt.timedelta(minutes=2), "shop", 25.5),
+        ("c2", base + dt.timedelta(minutes=16), "shop", 12.0),
+        ("c3", base + dt.timedelta(minutes=30), "atm-north", 60.0),
+        (None, base + dt.timedelta(minutes=31), "unknown", 1.0),
+    ]
+    if batch:
+        late = CARD_START + dt.timedelta(hours=batch - 1, minutes=35)
+        txns.append(("c3", late, "atm-east", 80.0))
+    return [
+        {"txn_id": batch * 10 + i, "card_id": card, "txn_at": at, "place": place, "amount": amount,
+         "offset": batch * 10 + i}
+        for i, (card, at, place, amount) in enumerate(txns, 1)
+    ]  # fmt: skip
+
+
 # -- windowed join, table mode: per-minute error counts (a windowed table) ---------------------------
 WEEK_START = dt.datetime(2025, 1, 6, tzinfo=dt.UTC)
 
@@ -168,12 +195,16 @@ def _schemas() -> dict[str, Any]:
         "orders": pa.schema(
             [("order_id", pa.int64()), ("customer_id", pa.int64()), ("amount", pa.float64())]
         ),
+        "card_txns": pa.schema(
+            [("txn_id", pa.int64()), ("card_id", pa.string()), ("txn_at", pa.timestamp("us", tz="UTC")),
+             ("place", pa.string()), ("amount", pa.float64()), ("offset", pa.int64())]
+        ),
     }  # fmt: skip
 
 
 def write_batch(paths: dict[str, Path], kind: str) -> dict[str, Any]:
-    """Append the next batch of example changes to the tables of ``kind``: ``kip99``, ``kip213``, ``ads``
-    or ``errors``.
+    """Append the next batch of example changes to the tables of ``kind``: ``kip99``, ``kip213``, ``ads``,
+    ``cards`` or ``errors``.
 
     Creates the tables (change data feed on) when absent. Writes with ``deltalake`` (no JVM needed).
     Returns ``{"batch": n, "versions": {table: version}}``.
@@ -234,6 +265,9 @@ def write_batch(paths: dict[str, Path], kind: str) -> dict[str, Any]:
         batch = _next_batch(kind, paths["impressions"])
         _append(paths["impressions"], "impressions", impressions_batch(batch))
         _append(paths["clicks"], "clicks", clicks_batch(batch))
+    elif kind == "cards":
+        batch = _next_batch(kind, paths["card_txns"])
+        _append(paths["card_txns"], "card_txns", card_txns_batch(batch))
     else:
         raise ValueError(f"unknown example kind {kind!r}")
     versions = {name: DeltaTable(str(path)).version() for name, path in paths.items()}
@@ -256,8 +290,9 @@ def _next_batch(kind: str, path: Path) -> int:
             if service == "api" and ws >= WEEK_START + dt.timedelta(weeks=1)
         ]
         return (len(this_week) - 2) // 2 + 1
-    if kind == "ads":  # batch n's impressions have ids n*10+1..n*10+4
-        ids = pa.table(DeltaTable(str(path)).to_pyarrow_table(columns=["impression_id"]))["impression_id"]
+    if kind in ("ads", "cards"):  # batch n's rows have ids n*10+1..n*10+9
+        column = "impression_id" if kind == "ads" else "txn_id"
+        ids = pa.table(DeltaTable(str(path)).to_pyarrow_table(columns=[column]))[column]
         return int(pc.max(ids).as_py()) // 10 + 1
     if kind == "kip99":  # batch n's events have lsn n*100+1...
         lsn = pa.table(DeltaTable(str(path)).to_pyarrow_table(columns=["lsn"]))["lsn"]

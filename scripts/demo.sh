@@ -78,6 +78,8 @@ run_dag fkjoin_windowed_ad_clicks
 run_dag fkjoin_windowed_ad_clicks
 run_dag fkjoin_windowed_errors_vs_last_week
 run_dag fkjoin_windowed_errors_vs_last_week
+run_dag fkjoin_self_join_card_txns
+run_dag fkjoin_self_join_card_txns
 
 # a few rows of each join's output, read with deltalake's query engine (no JVM; applies deletion vectors)
 .venv/bin/python - "$FKJOIN_WAREHOUSE" <<'PY'
@@ -88,7 +90,7 @@ import pyarrow as pa
 from deltalake import DeltaTable, QueryBuilder
 
 warehouse = Path(sys.argv[1])
-for name, key in (("orders_enriched", "order_id"), ("orders_customers", "order_id"), ("ad_clicks", "event_time"), ("errors_vs_last_week", "ws")):
+for name, key in (("orders_enriched", "order_id"), ("orders_customers", "order_id"), ("ad_clicks", "event_time"), ("errors_vs_last_week", "ws"), ("card_txn_pairs", "event_time")):
     table = DeltaTable(str(warehouse / name))
     query = QueryBuilder().register("t", table)
     (count,) = pa.table(query.execute("SELECT count(*) AS n FROM t").read_all()).column("n").to_pylist()

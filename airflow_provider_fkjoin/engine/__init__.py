@@ -34,10 +34,11 @@ from .watermarks import (
 if TYPE_CHECKING:
     from .runner import refresh_status, run_spec
     from .session import get_spark
-    from .spec import WRITE_PATHS, load_spec
+    from .spec import WRITE_PATHS, as_self_join, load_spec
 
 _LAZY = {
     "WRITE_PATHS": ".spec",
+    "as_self_join": ".spec",
     "get_spark": ".session",
     "load_spec": ".spec",
     "refresh_status": ".runner",
@@ -61,6 +62,7 @@ __all__ = [
     "SpecError",
     "TableMissingError",
     "TableNotBootstrappedError",
+    "as_self_join",
     "consumed_version",
     "get_spark",
     "high_watermark",

@@ -15,6 +15,7 @@ from .fk_join import run_foreign_key_join
 from .global_table import run_global_table_bootstrap
 from .merge import RunOptions
 from .ownership import check_ownership
+from .self_join import run_self_join
 from .session import get_spark
 from .spec import WRITE_PATHS, AnySpec, load_spec, spec_expressions, spec_fingerprint
 from .stream_join import run_stream_table_join
@@ -29,6 +30,7 @@ _RUNNERS: dict[str, Callable[[Any, SparkSession, RunOptions], dict[str, Any]]] =
     "windowed_join": lambda spec, spark, options: (
         run_windowed_stream_join if spec.mode == "stream" else run_windowed_table_join
     )(spec, spark, options),
+    "self_join": run_self_join,
 }
 
 

@@ -559,18 +559,15 @@ class WindowedJoinSpec(_KindSpec):
     late_unmatched: Literal["respect_grace", "emit_immediately"] = "respect_grace"
     columns: dict[str, str] | None = None
     allow_full_replace: bool = False
+    #: Run a join of one table with itself (same key, time and order_by, inner) as a ``self_join``: one
+    #: read and one shuffle instead of two, identical output. ``false`` keeps the two-sided join.
+    optimize: bool = True
     output: OutputRef
 
     @field_validator("columns")
     @classmethod
     def _columns_ok(cls, value: dict[str, str] | None) -> dict[str, str] | None:
-        value = check_projection(value)
-        if value is not None and EVENT_TIME in value:
-            raise ValueError(
-                f"{EVENT_TIME}: the output always has an {EVENT_TIME!r} column (the pair's later time); "
-                "name this column differently"
-            )
-        return value
+        return check_event_projection(value)
 
     @model_validator(mode="after")
     def _consistent(self) -> WindowedJoinSpec:
@@ -593,9 +590,94 @@ class WindowedJoinSpec(_KindSpec):
             and self.left.order_by == self.right.order_by
         )
 
+    @property
+    def runs_as_self_join(self) -> bool:
+        """Whether this join runs as a ``self_join`` (KIP-862's rewrite): one table on both sides, read the
+        same way, an inner join, and ``optimize`` left on. Anything that could make the sides differ keeps
+        the two-sided join."""
+        return self.same_table and self.how == "inner" and self.optimize
+
     def inputs(self) -> dict[str, TableRef]:
         """The input tables by side name, in the order they appear in results."""
         return {"left": self.left, "right": self.right}
+
+    def tuning_fields(self) -> set[str]:
+        """Tuning fields that do not change the output's content (left out of the fingerprint): the
+        self-join rewrite writes the same rows, so turning it on or off does not rebuild the output."""
+        return {"allow_full_replace", "optimize"}
+
+
+def check_event_projection(value: dict[str, str] | None) -> dict[str, str] | None:
+    """A stream join's ``columns``: checked like every projection, and never naming ``event_time``."""
+    value = check_projection(value)
+    if value is not None and EVENT_TIME in value:
+        raise ValueError(
+            f"{EVENT_TIME}: the output always has an {EVENT_TIME!r} column (the pair's later time); "
+            "name this column differently"
+        )
+    return value
+
+
+class SelfJoinSpec(_KindSpec):
+    """A stream joined with itself inside a time window, read once (Kafka's KIP-862 self-join;
+    ``reference/windowed_self_multiway.md`` §3). Its output equals, row for row, the stream-mode
+    ``windowed_join`` with ``left = right = input`` and ``how: inner``; ``l`` and ``r`` in ``columns`` are
+    the earlier-processed and the later-processed row of a pair as that join defines them.
+
+    Example (two withdrawals on one account within ten minutes)::
+
+        {"kind": "self_join",
+         "input": {"path": "/w/atm_txns", "key": ["account_id"], "time": "txn_ts", "order_by": ["offset"]},
+         "window": {"before": "10m", "after": "10m", "grace": "1m"},
+         "columns": {"account_id": "l.account_id", "first_atm": "l.atm", "second_atm": "r.atm"},
+         "output": {"path": "/w/atm_pairs"}}
+    """
+
+    kind: Literal["self_join"]
+    input: EventStreamRef
+    window: JoinWindow
+    how: str = "inner"
+    columns: dict[str, str] | None = None
+    allow_full_replace: bool = False
+    output: OutputRef
+
+    @field_validator("how")
+    @classmethod
+    def _inner_only(cls, value: str) -> str:
+        if value != "inner":
+            raise ValueError(
+                f"a self_join is an inner join, not {value!r}; for a {value} join of a stream with itself "
+                "use kind: windowed_join, mode: stream, with the same table as left and right"
+            )
+        return value
+
+    @field_validator("columns")
+    @classmethod
+    def _columns_ok(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        return check_event_projection(value)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> SelfJoinSpec:
+        check_distinct_locations(self.output, dict(self.inputs()))
+        return self
+
+    def as_windowed_join(self) -> WindowedJoinSpec:
+        """The join this one equals: ``windowed_join`` (stream, inner) with the input on both sides."""
+        fields = self.model_dump(exclude={"kind", "input", "how"})
+        return WindowedJoinSpec.model_validate(
+            {
+                **fields,
+                "kind": "windowed_join",
+                "mode": "stream",
+                "left": self.input.model_dump(),
+                "right": self.input.model_dump(),
+                "how": "inner",
+            }
+        )
+
+    def inputs(self) -> dict[str, TableRef]:
+        """The input table, under the name results and progress use."""
+        return {"input": self.input}
 
     def tuning_fields(self) -> set[str]:
         """Tuning fields that do not change the output's content (left out of the fingerprint)."""
@@ -718,13 +800,14 @@ AnySpec = (
     | StreamTableJoinSpec
     | WindowedJoinSpec
     | WindowedTableJoinSpec
+    | SelfJoinSpec
 )
 Spec = Annotated[
-    ForeignKeyJoinSpec | GlobalTableBootstrapSpec | StreamTableJoinSpec | WindowedJoinModes,
+    ForeignKeyJoinSpec | GlobalTableBootstrapSpec | StreamTableJoinSpec | WindowedJoinModes | SelfJoinSpec,
     Field(discriminator="kind"),
 ]
 _SPEC_ADAPTER: TypeAdapter[AnySpec] = TypeAdapter(Spec)
-KINDS = ("foreign_key_join", "global_table_bootstrap", "stream_table_join", "windowed_join")
+KINDS = ("foreign_key_join", "global_table_bootstrap", "stream_table_join", "windowed_join", "self_join")
 
 #: How a refresh may write its output (``run_spec(write_path=...)``, ``fkjoin run --write-path``, the
 #: operators' ``write_path``): ``auto`` commits net changes without MERGE where the engine can prove them
@@ -801,6 +884,44 @@ def load_spec(spec: AnySpec | dict[str, Any] | str | Path) -> AnySpec:
         return _SPEC_ADAPTER.validate_python(data)
     except ValidationError as exc:
         raise SpecError(_format_errors(exc)) from None
+
+
+def as_self_join(spec: AnySpec | dict[str, Any] | str | Path) -> SelfJoinSpec:
+    """The ``self_join`` a spec runs as: a ``self_join`` as it is, or a stream-mode ``windowed_join`` of one
+    table with itself rewritten (KIP-862's rewrite, done where a DAG asks for it). A SpecError lists every
+    reason the rewrite does not apply, so a DAG author sees what makes the two sides differ.
+
+    >>> as_self_join({"kind": "windowed_join", "mode": "stream", "left": txns, "right": txns,
+    ...               "window": {"before": "10m", "after": "10m"}, "output": {"path": "/w/pairs"}}).kind
+    'self_join'
+    """
+    loaded = load_spec(spec)
+    if isinstance(loaded, SelfJoinSpec):
+        return loaded
+    if not isinstance(loaded, WindowedJoinSpec):
+        mode = getattr(loaded, "mode", None)
+        shown = f"{loaded.kind} (mode {mode})" if mode else loaded.kind
+        raise SpecError(
+            f"kind: a {shown} spec cannot run as a self_join; give a self_join spec, or a windowed_join "
+            "with mode: stream and the same table as left and right"
+        )
+    left, right = loaded.left, loaded.right
+    reasons = []
+    if left.identity != right.identity:
+        reasons.append(f"left ({left.location}) and right ({right.location}) are different tables")
+    for field in ("key", "time", "order_by"):
+        if getattr(left, field) != getattr(right, field):
+            reasons.append(
+                f"right.{field} {getattr(right, field)!r} differs from left.{field} {getattr(left, field)!r}"
+            )
+    if loaded.how != "inner":
+        reasons.append(f"how is {loaded.how!r}; a self_join is inner only (keep this as a windowed_join)")
+    if not loaded.optimize:
+        reasons.append("optimize: false asks for the two-sided join; remove it")
+    if reasons:
+        raise SpecError("windowed_join cannot run as a self_join: " + "; ".join(reasons))
+    fields = loaded.model_dump(exclude={"kind", "mode", "left", "right", "how", "late_unmatched", "optimize"})
+    return SelfJoinSpec.model_validate({**fields, "kind": "self_join", "input": left.model_dump()})
 
 
 def spec_expressions(spec: BaseModel) -> dict[str, str]:

@@ -125,22 +125,26 @@ class StreamShape:
 
 
 def resolve_shape(
-    spec: WindowedJoinSpec, handles: dict[str, DeltaHandle], frames: dict[str, DataFrame]
+    spec: WindowedJoinSpec,
+    handles: dict[str, DeltaHandle],
+    frames: dict[str, DataFrame],
+    names: tuple[str, str] = SIDES,
 ) -> StreamShape:
-    """Check keys, time and order columns and the projection; SpecError naming the field otherwise."""
+    """Check keys, time and order columns and the projection; SpecError naming the field otherwise
+    (``names``: what the spec calls the two sides, ``("input", "input")`` for a self_join)."""
     refs: dict[str, EventStreamRef] = {"left": spec.left, "right": spec.right}
     types: dict[str, dict[str, T.DataType]] = {}
-    for side in SIDES:
+    for side, name in zip(SIDES, names, strict=True):
         ref, handle, schema = refs[side], handles[side], frames[side].schema
-        names = [f.name for f in schema.fields]
-        require_columns(names, ref.key, f"{side}.key", handle)
-        require_columns(names, [ref.time], f"{side}.time", handle)
-        require_columns(names, ref.order_by, f"{side}.order_by", handle)
+        columns = [f.name for f in schema.fields]
+        require_columns(columns, ref.key, f"{name}.key", handle)
+        require_columns(columns, [ref.time], f"{name}.time", handle)
+        require_columns(columns, ref.order_by, f"{name}.order_by", handle)
         types[side] = {f.name: f.dataType for f in schema.fields}
         time_type = types[side][ref.time]
         if not isinstance(time_type, _TIME_TYPES):
             raise SpecError(
-                f"{side}.time: column {ref.time!r} of {side} table {handle.location} is "
+                f"{name}.time: column {ref.time!r} of {name} table {handle.location} is "
                 f"{time_type.simpleString()}; an event time must be TIMESTAMP, DATE or epoch milliseconds "
                 "(BIGINT)"
             )
@@ -190,36 +194,71 @@ def resolve_shape(
 def run_windowed_stream_join(
     spec: WindowedJoinSpec, spark: SparkSession, options: RunOptions
 ) -> dict[str, Any]:
-    """Refresh a stream-mode windowed join once; see the module docstring for the algorithm."""
-    started = time.monotonic()
+    """Refresh a stream-mode windowed join once; see the module docstring for the algorithm. A join of one
+    table with itself runs as a self-join (:mod:`.self_join`) unless ``optimize: false``."""
     handles = {side: DeltaHandle(spark, getattr(spec, side), side) for side in SIDES}
+    if spec.runs_as_self_join:
+        from .self_join import SelfJoinRefresh
+
+        result = run_event_join(spec, spec, handles, SIDES, SelfJoinRefresh, options)
+        return {**result, "optimized": "self_join"}
+    return {**run_event_join(spec, spec, handles, SIDES, StreamJoinRefresh, options), "optimized": None}
+
+
+def run_event_join(
+    identity: Any,
+    spec: WindowedJoinSpec,
+    handles: dict[str, DeltaHandle],
+    names: tuple[str, str],
+    refresh_type: type[StreamJoinRefresh],
+    options: RunOptions,
+) -> dict[str, Any]:
+    """One refresh of a join of event streams: pin the inputs, plan, compute with ``refresh_type`` and
+    commit. ``identity`` is the spec the output's progress is keyed by; ``spec`` says what to compute;
+    ``handles`` maps each input name (``names``: the names of the left and the right side) to its table.
+    A table on both sides is pinned once, so both sides read one version."""
+    started = time.monotonic()
+    spark = next(iter(handles.values())).spark
     output = DeltaHandle(spark, spec.output, "output")
     state = StateTable(output)
     if spec.how != "inner":
         state.path  # noqa: B018 - a join that keeps pending rows needs an output path: refused here, early
     for handle in handles.values():
         handle.require()
-    states: dict[str, TableState] = {side: handles[side].state() for side in SIDES}
+    pinned: dict[str, TableState] = {}
+    for name, handle in handles.items():
+        twin = next((n for n in pinned if handles[n].location == handle.location), None)
+        pinned[name] = pinned[twin] if twin is not None else handle.state()
     phase("pinned")
-    frames = {side: input_frame(handles[side], states[side]) for side in SIDES}
-    shape = resolve_shape(spec, handles, frames)
+    frames = {name: input_frame(handles[name], pinned[name]) for name in handles}
+    by_side = dict(zip(SIDES, names, strict=True))
+    shape = resolve_shape(
+        spec,
+        {side: handles[name] for side, name in by_side.items()},
+        {side: frames[name] for side, name in by_side.items()},
+        names,
+    )
     warnings: list[str] = []
     current = {
-        side: InputState(
-            handles[side].location,
-            states[side].table_id,
-            states[side].version,
-            states[side].cdf_enabled,
-            schema_columns(frames[side].schema),
+        name: InputState(
+            handles[name].location,
+            pinned[name].table_id,
+            pinned[name].version,
+            pinned[name].cdf_enabled,
+            schema_columns(frames[name].schema),
         )
-        for side in SIDES
+        for name in handles
     }
-    refresh, plan = begin_refresh(spec, output, current, options, started, warnings, append_only=True)
+    refresh, plan = begin_refresh(identity, output, current, options, started, warnings, append_only=True)
     previous = refresh.previous
     if plan.mode == "noop":
         assert previous is not None
         phase("committed")
-        return refresh.result(plan, previous.output_version, _rows())
+        return refresh.result(plan, previous.output_version, _rows(names))
+
+    def join(plan: RefreshPlan, carried: CarriedState) -> StreamJoinRefresh:
+        return refresh_type(spec, shape, handles, pinned, plan, carried, state, warnings, names)
+
     carried = None
     if plan.mode == "incremental":
         assert previous is not None
@@ -234,11 +273,8 @@ def run_windowed_stream_join(
             )
             carried = None
     if plan.mode == "incremental":
-        join = StreamJoinRefresh(
-            spec, shape, handles, states, plan, carried or CarriedState.empty(), state, warnings
-        )
         try:
-            commit, rows = join.run(refresh, replace=False)
+            commit, rows = join(plan, carried or CarriedState.empty()).run(refresh, replace=False)
         except RebuildRequired as unavailable:
             plan = RefreshPlan("full", str(unavailable), dict.fromkeys(current))
         else:
@@ -246,13 +282,12 @@ def run_windowed_stream_join(
             return refresh.result(plan, commit.version, rows)
     if output.exists() and not (spec.allow_full_replace or options.full_refresh):
         raise FullRebuildRefusedError(
-            f"windowed_join output {output.location} is append-only, and this refresh would have to replace "
-            f"it ({plan.reason}); nothing was written. Replacing re-runs the join over every input row as "
-            "one refresh, so rows emitted by earlier refreshes may differ. To do it, run once with "
+            f"{identity.kind} output {output.location} is append-only, and this refresh would have to "
+            f"replace it ({plan.reason}); nothing was written. Replacing re-runs the join over every input "
+            "row as one refresh, so rows emitted by earlier refreshes may differ. To do it, run once with "
             "full_refresh (fkjoin run --full-refresh), or set allow_full_replace: true"
         )
-    join = StreamJoinRefresh(spec, shape, handles, states, plan, CarriedState.empty(), state, warnings)
-    commit, rows = join.run(refresh, replace=output.exists())
+    commit, rows = join(plan, CarriedState.empty()).run(refresh, replace=output.exists())
     phase("committed")
     return refresh.result(plan, commit.version, rows)
 
@@ -295,7 +330,7 @@ class CarriedState:
         }
 
 
-def _rows(inserted: int = 0, **counts: Any) -> dict[str, Any]:
+def _rows(names: tuple[str, str], inserted: int = 0, **counts: Any) -> dict[str, Any]:
     rows = {
         "inserted": inserted,
         "updated": 0,
@@ -303,8 +338,8 @@ def _rows(inserted: int = 0, **counts: Any) -> dict[str, Any]:
         "pairs": 0,
         "unmatched": 0,
         "pending": 0,
-        "rows_read": {"left": 0, "right": 0},
-        "null_keys_dropped": {"left": 0, "right": 0},
+        "rows_read": dict.fromkeys(names, 0),
+        "null_keys_dropped": dict.fromkeys(names, 0),
     }
     rows.update(counts)
     return rows
@@ -323,11 +358,15 @@ class StreamJoinRefresh:
         carried: CarriedState,
         state: StateTable,
         warnings: list[str],
+        names: tuple[str, str] = SIDES,
     ) -> None:
         self.spec, self.shape, self.handles, self.states = spec, shape, handles, states
         self.plan, self.carried, self.state, self.warnings = plan, carried, state, warnings
-        self.spark = handles["left"].spark
-        self.refs: dict[str, EventStreamRef] = {"left": spec.left, "right": spec.right}
+        #: The inputs' names by side (index 0: left, 1: right): keys of ``handles``, ``states``, the plan
+        #: and the result; ``("input", "input")`` for a self_join.
+        self.names = names
+        self.spark = handles[names[0]].spark
+        self.refs: tuple[EventStreamRef, EventStreamRef] = (spec.left, spec.right)
         window = spec.window
         self.before, self.after, self.grace = window.before, window.after, window.grace
         self.retention = window.retention
@@ -346,7 +385,7 @@ class StreamJoinRefresh:
     ) -> DataFrame:
         """Rows of one side in the join's own columns: side, version, key parts, time in ms, null-key flag,
         the row itself (a struct of the input's columns) and the ``order_by`` values."""
-        ref = self.refs[SIDES[side]]
+        ref = self.refs[side]
         time_type = self.shape.time_type
         keys = [F.col(quote(c)).alias(k) for c, k in zip(ref.key, self.key_columns, strict=True)]
         null = F.lit(False)
@@ -371,7 +410,7 @@ class StreamJoinRefresh:
         """The rows a side appended since its consumed version, numbered in processing order (``pos``),
         with what the checks counted. A row that is not an insert, or has a null or negative event time,
         is an InputDataError before anything is written."""
-        name = SIDES[side]
+        name = self.names[side]
         handle, to = self.handles[name], self.states[name].version
         after = self.plan.from_versions.get(name)
         first = after if after is not None else -1
@@ -392,20 +431,28 @@ class StreamJoinRefresh:
                 )
                 feed, version, change_type = handle.read(to), F.lit(0), F.lit("insert")
         rows = self._canonical(feed, side, version, [change_type.alias("_fkjoin_ct")])
-        ordering = [F.col(_VERSION)] + [F.col(f"_fkjoin_o{i}") for i in range(len(self.refs[name].order_by))]
+        ordering = [F.col(_VERSION)] + [F.col(f"_fkjoin_o{i}") for i in range(len(self.refs[side].order_by))]
         ordering.append(F.col("_fkjoin_hash"))
-        order_columns = [f"_fkjoin_o{i}" for i in range(len(self.refs[name].order_by))]
-        numbered = rows.withColumn(_POS, F.row_number().over(Window.orderBy(*ordering)).cast("long"))
+        order_columns = [f"_fkjoin_o{i}" for i in range(len(self.refs[side].order_by))]
+        in_order = Window.orderBy(*ordering)
+        numbered = rows.withColumn(_POS, F.row_number().over(in_order).cast("long"))
+        for column, value in self._numbered_columns(in_order).items():
+            numbered = numbered.withColumn(column, value)
         # Cached once: the checks, the processing order and the pairs all read these rows, and the change
         # feed is then read once per refresh instead of once per use.
         numbered = numbered.drop("_fkjoin_hash", _VERSION, *order_columns)
         numbered = numbered.persist(StorageLevel.MEMORY_AND_DISK)
         self.cached.append(numbered)
-        counts = self._check(numbered, name, handle, first, to)
+        counts = self._check(numbered, side, handle, first, to)
         return numbered.drop("_fkjoin_ct"), counts
 
-    def _check(self, rows: DataFrame, name: str, handle: DeltaHandle, after: int, to: int) -> dict[str, int]:
-        ref = self.refs[name]
+    def _numbered_columns(self, in_order: Window) -> dict[str, Column]:
+        """Columns computed over a side's new rows in processing order, in the numbering's own window pass
+        (one sort): none here; a self-join adds its observed times."""
+        return {}
+
+    def _check(self, rows: DataFrame, side: int, handle: DeltaHandle, after: int, to: int) -> dict[str, int]:
+        ref, name = self.refs[side], self.names[side]
         stats = rows.agg(
             F.count(F.lit(1)).alias("rows"),
             F.count(F.when(F.col("_fkjoin_ct") != "insert", 1)).alias("not_inserts"),
@@ -441,17 +488,17 @@ class StreamJoinRefresh:
         """The rows a side stored in earlier refreshes that can still match (``t >= observed - retention
         + 1``): the input at its consumed version, filtered on the time column."""
         observed = self.carried.observed[side]
-        after = self.plan.from_versions.get(SIDES[side])
+        after = self.plan.from_versions.get(self.names[side])
         if observed is None or after is None:
             return None
-        handle = self.handles[SIDES[side]]
+        handle = self.handles[self.names[side]]
         floor = observed - self.retention + 1
         retained = handle.read(after)
         if floor > 0:  # every stored time is at or after 0 (checked), so a floor below it filters nothing
             # The filter on the input's own column lets Delta skip files by their statistics; the one on
             # milliseconds is the exact rule.
             retained = retained.where(
-                time_at_least(F.col(quote(self.refs[SIDES[side]].time)), self.shape.time_type, floor)
+                time_at_least(F.col(quote(self.refs[side].time)), self.shape.time_type, floor)
             )
         rows = self._canonical(retained, side, F.lit(-1)).drop("_fkjoin_hash")
         return rows.where(~F.col(_NULL) & (F.col(_T) >= F.lit(floor)))
@@ -707,17 +754,21 @@ class StreamJoinRefresh:
         finally:
             for frame in self.cached:
                 frame.unpersist()
-        null_dropped = {
-            SIDES[side]: counts[side]["null_keys"] if not self.outer[side] else 0 for side in (0, 1)
-        }
+        dropped = [counts[side]["null_keys"] if not self.outer[side] else 0 for side in (0, 1)]
         if self.spec.same_table:
-            null_dropped = {"left": counts[0]["null_keys"] if not self.outer[0] else 0, "right": 0}
+            dropped[1] = 0  # one table: each row counted once, as the left row it is first processed as
+        null_dropped = dict.fromkeys(self.names, 0)
+        rows_read = dict.fromkeys(self.names, 0)
+        for side in (0, 1):
+            null_dropped[self.names[side]] += dropped[side]
+            rows_read[self.names[side]] = counts[side]["rows"]
         rows = _rows(
+            self.names,
             commit.inserted,
             pairs=kinds.get("J", 0),
             unmatched=kinds.get("U", 0),
             pending=self.pending_rows,
-            rows_read={SIDES[side]: counts[side]["rows"] for side in (0, 1)},
+            rows_read=rows_read,
             null_keys_dropped=null_dropped,
             stream_time=carried.stream_time,
         )

@@ -3,6 +3,7 @@
 from airflow_provider_fkjoin.operators.joins import (
     ForeignKeyJoinOperator,
     GlobalTableBootstrapOperator,
+    SelfJoinOptimizeOperator,
     StreamTableJoinOperator,
     WindowedJoinOperator,
 )
@@ -10,6 +11,7 @@ from airflow_provider_fkjoin.operators.joins import (
 __all__ = [
     "ForeignKeyJoinOperator",
     "GlobalTableBootstrapOperator",
+    "SelfJoinOptimizeOperator",
     "StreamTableJoinOperator",
     "WindowedJoinOperator",
 ]

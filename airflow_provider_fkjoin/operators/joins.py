@@ -203,6 +203,7 @@ class _FkJoinOperator(BaseOperator):
             data = _read_spec_file(path)
             if context is not None:
                 data = self.render_template(data, context)
+            data = self.adapt_file_spec(data)
         for name in self.spec_fields:
             value = getattr(self, _attr(name))
             if value is not None:
@@ -221,6 +222,11 @@ class _FkJoinOperator(BaseOperator):
                     data[side] = {**ref, "path": check_location(ref["path"])}
                 except ValueError as error:
                     raise FkJoinBadInputError(f"{side}.path: {error}") from error
+        return data
+
+    def adapt_file_spec(self, data: dict[str, Any]) -> dict[str, Any]:
+        """The spec file's fields as this operator's kind takes them (as they are; a subclass may rewrite
+        a related kind). The operator's arguments are applied afterwards."""
         return data
 
     def _static_spec(self) -> dict[str, Any]:
@@ -501,6 +507,8 @@ class WindowedJoinOperator(_FkJoinOperator):
     :param columns: optional projection over ``l`` and ``r``; the output also has ``event_time``.
     :param allow_full_replace: stream mode: let a refresh replace the append-only output when it must
         rebuild it.
+    :param optimize: stream mode: run an inner join of one table with itself as a self-join (the default;
+        see :class:`SelfJoinOptimizeOperator`); ``False`` keeps the two-sided join.
     :param output: the output table's path (or ``{"path": ...}``).
 
     Example::
@@ -526,6 +534,7 @@ class WindowedJoinOperator(_FkJoinOperator):
         "late_unmatched",
         "columns",
         "allow_full_replace",
+        "optimize",
         "output",
     )
     input_sides = ("left", "right")
@@ -549,6 +558,7 @@ class WindowedJoinOperator(_FkJoinOperator):
         late_unmatched: str | None = None,
         columns: Mapping[str, str] | None = None,
         allow_full_replace: bool | None = None,
+        optimize: bool | None = None,
         output: TableArg | None = None,
         **kwargs: Any,
     ) -> None:
@@ -561,6 +571,73 @@ class WindowedJoinOperator(_FkJoinOperator):
             "late_unmatched": late_unmatched,
             "columns": columns,
             "allow_full_replace": allow_full_replace,
+            "optimize": optimize,
             "output": output,
         }
         super().__init__(spec_args=spec_args, **kwargs)
+
+
+class SelfJoinOptimizeOperator(_FkJoinOperator):
+    """A stream joined with itself inside a time window, read once (``kind: self_join``, Kafka's KIP-862):
+    two withdrawals on one account within ten minutes, a user's page views within a session. The output
+    equals the stream-mode ``windowed_join`` with the input on both sides (inner), row for row, at about
+    half its reading and shuffling.
+
+    Give the self-join's fields, or a ``spec_file`` holding either a ``self_join`` or a stream-mode
+    ``windowed_join`` of one table with itself, which the operator checks and rewrites; a windowed join
+    the rewrite does not fit (two tables, different key, time or order columns, an outer join,
+    ``optimize: false``) fails the task before any Spark job, naming every reason.
+
+    :param input: ``{"path": ..., "key": [...], "time": ..., "order_by": [...]}``, an append-only table.
+    :param window: ``{"before": ..., "after": ..., "grace": ...}``, ms or ``"10s"``, ``"5m"``...
+    :param columns: optional projection over ``l`` (the earlier-processed row) and ``r``; the output also
+        has ``event_time``.
+    :param allow_full_replace: let a refresh replace the append-only output when it must rebuild it.
+    :param output: the output table's path (or ``{"path": ...}``).
+
+    Example::
+
+        SelfJoinOptimizeOperator(
+            task_id="atm_pairs",
+            input={"path": "/w/card_txns", "key": ["card_id"], "time": "txn_at", "order_by": ["offset"]},
+            window={"before": "10m", "after": "10m", "grace": "1m"},
+            columns={"card_id": "l.card_id", "first_txn": "l.txn_id", "second_txn": "r.txn_id"},
+            output="/w/card_txn_pairs",
+        )
+    """
+
+    kind = "self_join"
+    spec_fields = ("input", "window", "columns", "allow_full_replace", "output")
+    input_sides = ("input",)
+    template_fields: Sequence[str] = (*map(_attr, spec_fields), *COMMON_TEMPLATE_FIELDS)
+    template_fields_renderers = {"input": "json", "window": "json", "columns": "json", "conf": "json"}
+
+    def __init__(
+        self,
+        *,
+        input: TableArg | None = None,
+        window: Mapping[str, Any] | None = None,
+        columns: Mapping[str, str] | None = None,
+        allow_full_replace: bool | None = None,
+        output: TableArg | None = None,
+        **kwargs: Any,
+    ) -> None:
+        spec_args = {
+            "input": input,
+            "window": window,
+            "columns": columns,
+            "allow_full_replace": allow_full_replace,
+            "output": output,
+        }
+        super().__init__(spec_args=spec_args, **kwargs)
+
+    def adapt_file_spec(self, data: dict[str, Any]) -> dict[str, Any]:
+        """A ``windowed_join`` spec file becomes the ``self_join`` it equals (or fails, saying why)."""
+        if data.get("kind") != "windowed_join":
+            return data
+        from airflow_provider_fkjoin.engine import SpecError, as_self_join
+
+        try:
+            return as_self_join(data).model_dump(mode="json", exclude_none=True)
+        except SpecError as error:
+            raise FkJoinBadInputError(f"spec file {self.spec_file}: {error}") from error

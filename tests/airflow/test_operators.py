@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from airflow.sdk import DAG, Asset
 from airflow.sdk.execution_time.context import OutletEventAccessors
 
@@ -17,6 +18,7 @@ from airflow_provider_fkjoin.links import OUTPUT_TABLE_XCOM_KEY, SPARK_UI_XCOM_K
 from airflow_provider_fkjoin.operators import (
     ForeignKeyJoinOperator,
     GlobalTableBootstrapOperator,
+    SelfJoinOptimizeOperator,
     StreamTableJoinOperator,
     WindowedJoinOperator,
 )
@@ -65,7 +67,7 @@ def submitted(monkeypatch) -> list[dict[str, Any]]:
         sides = {
             side: {"path": spec[side]["path"], "to_version": 4}
             for side in spec
-            if side in ("left", "right", "source", "stream", "table")
+            if side in ("left", "right", "source", "stream", "table", "input")
         }
         return {
             "kind": spec["kind"],
@@ -384,6 +386,78 @@ def test_windowed_join_spec_templates_inlets_and_outlet(submitted):
         "_full_refresh": False,
         "_write_path": "auto",
     }
+
+
+TXNS = {"path": "/w/card_txns", "key": ["card_id"], "time": "txn_at", "order_by": ["offset"]}
+
+
+def test_self_join_spec_inlet_and_outlet(submitted):
+    op = SelfJoinOptimizeOperator(
+        task_id="pairs",
+        input=TXNS,
+        window={"before": "10m", "after": "{{ params.after }}"},
+        columns={"card_id": "l.card_id", "first": "l.txn_id", "second": "r.txn_id"},
+        output="/w/pairs",
+    )
+    assert op.inlets == [Asset(uri="file:///w/card_txns")]
+    assert op.outlets == [Asset(uri="file:///w/pairs")]
+    op.render_template_fields(context(params={"after": "10m"}))
+    op.execute(context())
+    assert submitted == [
+        {
+            "kind": "self_join",
+            "input": TXNS,
+            "window": {"before": "10m", "after": "10m"},
+            "columns": {"card_id": "l.card_id", "first": "l.txn_id", "second": "r.txn_id"},
+            "output": {"path": "/w/pairs"},
+            "_full_refresh": False,
+            "_write_path": "auto",
+        }
+    ]
+
+
+def test_self_join_rewrites_a_windowed_join_spec_file(submitted, tmp_path: Path):
+    spec_file = tmp_path / "pairs.yaml"
+    spec_file.write_text(
+        yaml.safe_dump(
+            {
+                "kind": "windowed_join",
+                "mode": "stream",
+                "left": TXNS,
+                "right": TXNS,
+                "window": {"before": "10m", "after": "10m"},
+                "output": {"path": "/w/pairs"},
+            }
+        )
+    )
+    SelfJoinOptimizeOperator(task_id="pairs", spec_file=str(spec_file), allow_full_replace=True).execute(
+        context()
+    )
+    [spec] = submitted
+    assert spec["kind"] == "self_join" and spec["input"] == TXNS and "left" not in spec
+    assert spec["window"] == {"before": 600_000, "after": 600_000, "grace": 0}
+    assert spec["allow_full_replace"] is True  # the operator's arguments apply after the rewrite
+
+
+def test_self_join_refuses_a_windowed_join_it_cannot_rewrite(submitted, tmp_path: Path):
+    spec_file = tmp_path / "pairs.yaml"
+    spec_file.write_text(
+        yaml.safe_dump(
+            {
+                "kind": "windowed_join",
+                "mode": "stream",
+                "left": TXNS,
+                "right": {**TXNS, "path": "/w/other_txns"},
+                "window": {"before": "10m", "after": "10m"},
+                "how": "left",
+                "output": {"path": "/w/pairs"},
+            }
+        )
+    )
+    op = SelfJoinOptimizeOperator(task_id="pairs", spec_file=str(spec_file))
+    with pytest.raises(FkJoinBadInputError, match=r"different tables; how is 'left'"):
+        op.execute(context())
+    assert submitted == []
 
 
 def test_windowed_join_inverted_window_fails_before_any_spark_job(submitted):
