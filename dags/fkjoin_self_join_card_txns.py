@@ -47,12 +47,12 @@ with DAG(
         task_id="card_txn_pairs",
         input={"path": str(CARD_TXNS), "key": ["card_id"], "time": "txn_at", "order_by": ["offset"]},
         window={"before": "10m", "after": "10m", "grace": "1h"},
-        columns={
+        columns={  # l and r: a pair's left and right rows; with a symmetric window, each pair both ways
             "card_id": "l.card_id",
-            "first_txn": "l.txn_id",
-            "second_txn": "r.txn_id",
-            "first_place": "l.place",
-            "second_place": "r.place",
+            "txn_id": "l.txn_id",
+            "paired_txn_id": "r.txn_id",
+            "place": "l.place",
+            "paired_place": "r.place",
         },
         output=str(CARD_TXN_PAIRS),
     )

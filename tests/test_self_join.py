@@ -130,16 +130,38 @@ def test_late_and_expired_records(spark, warehouse: Path) -> None:
 
 def test_refreshes_continue_from_the_input_alone(spark, warehouse: Path) -> None:
     """No state table: the rows of earlier refreshes are re-read from the input at its consumed version,
-    so a refresh in a new process (nothing kept in memory) pairs new rows with old ones."""
+    so each refresh (here one with another card only, then one on the first card again) pairs its new
+    rows with old ones without anything kept between runs."""
     got = replay(
         spark,
         warehouse,
-        [[ev("a", 10, "old"), ev("b", 10, "b_old")], [], [ev("a", 15, "new")]],
+        [[ev("a", 10, "old"), ev("b", 10, "b_old")], [ev("c", 12, "c_only")], [ev("a", 15, "new")]],
         {"before": 10, "after": 10},
     )
-    assert got[1] == Counter()
+    assert got[1] == Counter({("c", "c_only", "c_only", 12): 1})
     assert got[2][("a", "old", "new", 15)] == 1 and got[2][("a", "new", "old", 15)] == 1
     assert not (warehouse / "out_fkjoin_state").exists()
+
+
+@pytest.mark.parametrize(
+    ("window", "batch", "want"),
+    [
+        # A tests expiry against the observed time *before* the row: x1 (5) is 5 behind x2's own 10,
+        # beyond the retention of 2, but not behind the observed time before x2 (5)
+        ({"before": 5, "after": -3}, [ev("a", 5, "x1"), ev("a", 10, "x2")], {("a", "x2", "x1", 10): 1}),
+        # B tests expiry against the observed time *including* the row: with a retention of 0 even the
+        # row itself is expired (7 < 7 - 0 + 1), so nothing pairs
+        ({"before": 0, "after": 0}, [ev("a", 7, "x1")], {}),
+        # a retention of 1 keeps it: a zero-length window pairs the row with itself
+        ({"before": 0, "after": 0, "grace": 1}, [ev("a", 7, "x1")], {("a", "x1", "x1", 7): 1}),
+        # the upper bound clamps at 0: x1 (0) is inside x2's band [0, max(0, 2 - 5)]
+        ({"before": 10, "after": -5}, [ev("a", 0, "x1"), ev("a", 2, "x2")], {("a", "x2", "x1", 2): 1}),
+    ],
+    ids=["a-uses-observed-before", "zero-retention", "zero-window", "clamped-upper-bound"],
+)
+def test_expiry_and_band_edges(spark, warehouse: Path, window: dict, batch: list[Event], want: dict) -> None:
+    [got] = replay(spark, warehouse, [batch], window)
+    assert got == Counter(want)
 
 
 def test_windowed_join_of_a_table_with_itself_rewrites_unless_it_cannot(spark, warehouse: Path) -> None:
@@ -185,8 +207,10 @@ def test_specs_that_cannot_be_self_joins_say_why() -> None:
     }
     with pytest.raises(SpecError, match=r"right.time 't2' differs from left.time 't'; how is 'outer'"):
         as_self_join(windowed)
-    rewritten = as_self_join({**windowed, "right": events, "how": "inner"})
+    rewritten = as_self_join({**windowed, "right": events, "how": "inner", "columns": COLUMNS})
     assert rewritten.kind == "self_join" and rewritten.input.path == "/w/events"
+    with pytest.raises(SpecError, match=r"columns: is required: both rows of a pair"):
+        as_self_join({**windowed, "right": events, "how": "inner"})
 
 
 def _batches(draw: st.DrawFn) -> list[list[Event]]:

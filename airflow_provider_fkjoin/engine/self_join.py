@@ -26,7 +26,9 @@ Example::
 
     run_self_join(load_spec({"kind": "self_join",
         "input": {"path": "/w/atm_txns", "key": ["account_id"], "time": "txn_ts", "order_by": ["offset"]},
-        "window": {"before": "10m", "after": "10m"}, "output": {"path": "/w/atm_pairs"}}), spark, options)
+        "window": {"before": "10m", "after": "10m"},
+        "columns": {"account_id": "l.account_id", "txn": "l.txn_id", "paired_txn": "r.txn_id"},
+        "output": {"path": "/w/atm_pairs"}}), spark, options)
     # {"kind": "self_join", "mode": "incremental", "optimized": "self_join", "rows": {"pairs": 12, ...}}
 """
 

@@ -621,15 +621,17 @@ def check_event_projection(value: dict[str, str] | None) -> dict[str, str] | Non
 class SelfJoinSpec(_KindSpec):
     """A stream joined with itself inside a time window, read once (Kafka's KIP-862 self-join;
     ``reference/windowed_self_multiway.md`` §3). Its output equals, row for row, the stream-mode
-    ``windowed_join`` with ``left = right = input`` and ``how: inner``; ``l`` and ``r`` in ``columns`` are
-    the earlier-processed and the later-processed row of a pair as that join defines them.
+    ``windowed_join`` with ``left = right = input`` and ``how: inner``. ``columns`` is required: ``l`` and
+    ``r`` are a pair's left and right rows as that join defines them (a right row's time is within
+    ``[l.t - before, l.t + after]``; with a symmetric window every pair appears both ways), and both
+    have the input's columns, so the output's names must be chosen.
 
     Example (two withdrawals on one account within ten minutes)::
 
         {"kind": "self_join",
          "input": {"path": "/w/atm_txns", "key": ["account_id"], "time": "txn_ts", "order_by": ["offset"]},
          "window": {"before": "10m", "after": "10m", "grace": "1m"},
-         "columns": {"account_id": "l.account_id", "first_atm": "l.atm", "second_atm": "r.atm"},
+         "columns": {"account_id": "l.account_id", "atm": "l.atm", "paired_atm": "r.atm"},
          "output": {"path": "/w/atm_pairs"}}
     """
 
@@ -637,7 +639,7 @@ class SelfJoinSpec(_KindSpec):
     input: EventStreamRef
     window: JoinWindow
     how: str = "inner"
-    columns: dict[str, str] | None = None
+    columns: dict[str, str] | None = Field(default=None, validate_default=True)
     allow_full_replace: bool = False
     output: OutputRef
 
@@ -648,6 +650,16 @@ class SelfJoinSpec(_KindSpec):
             raise ValueError(
                 f"a self_join is an inner join, not {value!r}; for a {value} join of a stream with itself "
                 "use kind: windowed_join, mode: stream, with the same table as left and right"
+            )
+        return value
+
+    @field_validator("columns", mode="before")
+    @classmethod
+    def _columns_given(cls, value: Any) -> Any:
+        if value is None:
+            raise ValueError(
+                "is required: both rows of a pair have the input's columns, so name the output's, e.g. "
+                "{card_id: l.card_id, txn_id: l.txn_id, paired_txn_id: r.txn_id}"
             )
         return value
 
@@ -921,7 +933,9 @@ def as_self_join(spec: AnySpec | dict[str, Any] | str | Path) -> SelfJoinSpec:
     if reasons:
         raise SpecError("windowed_join cannot run as a self_join: " + "; ".join(reasons))
     fields = loaded.model_dump(exclude={"kind", "mode", "left", "right", "how", "late_unmatched", "optimize"})
-    return SelfJoinSpec.model_validate({**fields, "kind": "self_join", "input": left.model_dump()})
+    rewritten = load_spec({**fields, "kind": "self_join", "input": left.model_dump()})
+    assert isinstance(rewritten, SelfJoinSpec)
+    return rewritten
 
 
 def spec_expressions(spec: BaseModel) -> dict[str, str]:

@@ -227,7 +227,7 @@ def run_event_join(
         handle.require()
     pinned: dict[str, TableState] = {}
     for name, handle in handles.items():
-        twin = next((n for n in pinned if handles[n].location == handle.location), None)
+        twin = next((n for n in pinned if handles[n].ref.identity == handle.ref.identity), None)
         pinned[name] = pinned[twin] if twin is not None else handle.state()
     phase("pinned")
     frames = {name: input_frame(handles[name], pinned[name]) for name in handles}
@@ -743,14 +743,23 @@ class StreamJoinRefresh:
             self.new_row_count = counts[0]["rows"] + counts[1]["rows"]
             phase("changes_read")
             output_rows, remaining = self.compute(new)
-            output_rows = output_rows.persist(StorageLevel.MEMORY_AND_DISK)
-            self.cached.append(output_rows)
-            kinds = {row[0]: int(row[1]) for row in output_rows.groupBy("_fkjoin_kind").count().collect()}
+            kinds: dict[str, int] | None = None
+            if remaining is None and self.new_row_count <= SMALL_REFRESH_ROWS:
+                # A small inner-join refresh: every row is a pair, written as one file (one task is
+                # plenty for this little), counted by the commit; no job to count them first.
+                written = output_rows.drop("_fkjoin_kind").coalesce(1)
+            else:
+                output_rows = output_rows.persist(StorageLevel.MEMORY_AND_DISK)
+                self.cached.append(output_rows)
+                counted = output_rows.groupBy("_fkjoin_kind").count().collect()
+                kinds = {row[0]: int(row[1]) for row in counted}
+                written = output_rows.drop("_fkjoin_kind").coalesce(_files_for(sum(kinds.values())))
             carried = self._next_state(counts, remaining)
             phase("merge_started")
             request = refresh.request(self.plan.mode, self.plan.reason, extra=carried.to_extra())
-            written = output_rows.drop("_fkjoin_kind").coalesce(_files_for(sum(kinds.values())))
             commit = append_output(refresh.output, written, request, replace=replace)
+            if kinds is None:
+                kinds = {"J": commit.inserted}
         finally:
             for frame in self.cached:
                 frame.unpersist()
@@ -795,6 +804,8 @@ class StreamJoinRefresh:
 
 #: Rows per file the join writes (output and state): a small refresh writes one file, not one per task.
 ROWS_PER_FILE = 2_000_000
+#: New rows up to which an inner join's refresh computes and writes its pairs in one task, uncounted.
+SMALL_REFRESH_ROWS = 200_000
 
 
 def _files_for(rows: int) -> int:

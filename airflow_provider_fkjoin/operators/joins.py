@@ -135,6 +135,8 @@ class _FkJoinOperator(BaseOperator):
     kind: ClassVar[str] = ""
     spec_fields: ClassVar[tuple[str, ...]] = ()
     input_sides: ClassVar[tuple[str, ...]] = ()
+    #: Other kinds a spec file may hold, with their input sides (the self-join takes a windowed join).
+    other_kinds: ClassVar[dict[str, tuple[str, ...]]] = {}
     operator_extra_links = (SparkApplicationLink(), OutputTableLink())
     template_ext: Sequence[str] = ()
     ui_color = "#e8f0fe"
@@ -203,17 +205,16 @@ class _FkJoinOperator(BaseOperator):
             data = _read_spec_file(path)
             if context is not None:
                 data = self.render_template(data, context)
-            data = self.adapt_file_spec(data)
         for name in self.spec_fields:
             value = getattr(self, _attr(name))
             if value is not None:
                 data[name] = value
         kind = data.setdefault("kind", self.kind)
-        if kind != self.kind:
+        if kind != self.kind and kind not in self.other_kinds:
             raise FkJoinBadInputError(
                 f"spec kind {kind!r} does not match {type(self).__name__} ({self.kind})"
             )
-        for side in (*self.input_sides, "output"):
+        for side in (*self.sides_of(data), "output"):
             if isinstance(data.get(side), str):
                 data[side] = {"path": data[side]}
             ref = data.get(side)
@@ -224,10 +225,9 @@ class _FkJoinOperator(BaseOperator):
                     raise FkJoinBadInputError(f"{side}.path: {error}") from error
         return data
 
-    def adapt_file_spec(self, data: dict[str, Any]) -> dict[str, Any]:
-        """The spec file's fields as this operator's kind takes them (as they are; a subclass may rewrite
-        a related kind). The operator's arguments are applied afterwards."""
-        return data
+    def sides_of(self, spec: Mapping[str, Any]) -> tuple[str, ...]:
+        """The input sides of ``spec``: this operator's, or those of another kind it takes."""
+        return self.other_kinds.get(spec.get("kind", self.kind), self.input_sides)
 
     def _static_spec(self) -> dict[str, Any]:
         """What is known at parse time (no rendering): for inlets and outlets."""
@@ -258,7 +258,7 @@ class _FkJoinOperator(BaseOperator):
         output = asset(static.get("output"))
         if output is not None and output not in self.outlets:
             self.outlets = [*self.outlets, output]
-        for side in self.input_sides:
+        for side in self.sides_of(static):
             source = asset(static.get(side))
             if source is not None and source not in self.inlets:
                 self.inlets = [*self.inlets, source]
@@ -332,7 +332,7 @@ class _FkJoinOperator(BaseOperator):
     def lineage_tables(self) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
         """OpenLineage (namespace, name) of the inputs and the output of the spec last run."""
         spec = self._spec or self._static_spec()
-        inputs = [_dataset(p) for side in self.input_sides if (p := _table_path(spec.get(side)))]
+        inputs = [_dataset(p) for side in self.sides_of(spec) if (p := _table_path(spec.get(side)))]
         output = _table_path(spec.get("output"))
         return inputs, ([_dataset(output)] if output else [])
 
@@ -579,29 +579,30 @@ class WindowedJoinOperator(_FkJoinOperator):
 
 class SelfJoinOptimizeOperator(_FkJoinOperator):
     """A stream joined with itself inside a time window, read once (``kind: self_join``, Kafka's KIP-862):
-    two withdrawals on one account within ten minutes, a user's page views within a session. The output
+    two withdrawals on one card within ten minutes, a user's page views within a session. The output
     equals the stream-mode ``windowed_join`` with the input on both sides (inner), row for row, at about
     half its reading and shuffling.
 
-    Give the self-join's fields, or a ``spec_file`` holding either a ``self_join`` or a stream-mode
-    ``windowed_join`` of one table with itself, which the operator checks and rewrites; a windowed join
-    the rewrite does not fit (two tables, different key, time or order columns, an outer join,
-    ``optimize: false``) fails the task before any Spark job, naming every reason.
+    Give the self-join's fields, or a ``spec_file`` holding a ``self_join`` or a stream-mode
+    ``windowed_join`` of one table with itself. A windowed join is checked (after the arguments are
+    applied) and submitted as it is, so the engine runs it as a self-join and its output keeps its
+    identity and progress; one the rewrite does not fit (two tables, different key, time or order
+    columns, an outer join, ``optimize: false``) fails the task before any Spark job, naming every reason.
 
     :param input: ``{"path": ..., "key": [...], "time": ..., "order_by": [...]}``, an append-only table.
     :param window: ``{"before": ..., "after": ..., "grace": ...}``, ms or ``"10s"``, ``"5m"``...
-    :param columns: optional projection over ``l`` (the earlier-processed row) and ``r``; the output also
-        has ``event_time``.
+    :param columns: the output's columns over ``l`` and ``r``, a pair's left and right rows (required:
+        both have the input's columns); the output also has ``event_time``.
     :param allow_full_replace: let a refresh replace the append-only output when it must rebuild it.
     :param output: the output table's path (or ``{"path": ...}``).
 
     Example::
 
         SelfJoinOptimizeOperator(
-            task_id="atm_pairs",
+            task_id="card_txn_pairs",
             input={"path": "/w/card_txns", "key": ["card_id"], "time": "txn_at", "order_by": ["offset"]},
             window={"before": "10m", "after": "10m", "grace": "1m"},
-            columns={"card_id": "l.card_id", "first_txn": "l.txn_id", "second_txn": "r.txn_id"},
+            columns={"card_id": "l.card_id", "txn_id": "l.txn_id", "paired_txn_id": "r.txn_id"},
             output="/w/card_txn_pairs",
         )
     """
@@ -609,6 +610,7 @@ class SelfJoinOptimizeOperator(_FkJoinOperator):
     kind = "self_join"
     spec_fields = ("input", "window", "columns", "allow_full_replace", "output")
     input_sides = ("input",)
+    other_kinds = {"windowed_join": ("left", "right")}
     template_fields: Sequence[str] = (*map(_attr, spec_fields), *COMMON_TEMPLATE_FIELDS)
     template_fields_renderers = {"input": "json", "window": "json", "columns": "json", "conf": "json"}
 
@@ -631,13 +633,19 @@ class SelfJoinOptimizeOperator(_FkJoinOperator):
         }
         super().__init__(spec_args=spec_args, **kwargs)
 
-    def adapt_file_spec(self, data: dict[str, Any]) -> dict[str, Any]:
-        """A ``windowed_join`` spec file becomes the ``self_join`` it equals (or fails, saying why)."""
-        if data.get("kind") != "windowed_join":
-            return data
+    def validate_spec(self, spec: Mapping[str, Any]) -> None:
+        """A ``self_join`` as every spec; a ``windowed_join`` must also be one the self-join rewrite fits."""
+        if spec.get("kind") != "windowed_join":
+            super().validate_spec(spec)
+            return
         from airflow_provider_fkjoin.engine import SpecError, as_self_join
 
+        if "input" in spec:
+            raise FkJoinBadInputError(
+                "input: the spec file holds a windowed_join, whose table is left and right; drop the "
+                "input argument, or give a self_join spec"
+            )
         try:
-            return as_self_join(data).model_dump(mode="json", exclude_none=True)
+            as_self_join(dict(spec))
         except SpecError as error:
-            raise FkJoinBadInputError(f"spec file {self.spec_file}: {error}") from error
+            raise FkJoinBadInputError(str(error)) from error

@@ -268,7 +268,7 @@ def test_self_join_card_txns_two_runs_match_the_model(airflow: Airflow, spark: A
             (left["txn_id"], right["txn_id"], t) for _kind, left, right, t in model.refresh(events, [])
         ]
         rows = spark.read.format("delta").load(str(w / "card_txn_pairs")).collect()
-        got = sorted((r["first_txn"], r["second_txn"], _ms(r["event_time"])) for r in rows)
+        got = sorted((r["txn_id"], r["paired_txn_id"], _ms(r["event_time"])) for r in rows)
         assert got == sorted(expected), f"after run {run + 1}"
         assert progress(w / "card_txn_pairs")["mode"] == ("full" if run == 0 else "incremental")
     assert any(first != second for first, second, _ in expected)  # c1's two transactions, both ways

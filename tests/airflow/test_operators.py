@@ -396,7 +396,7 @@ def test_self_join_spec_inlet_and_outlet(submitted):
         task_id="pairs",
         input=TXNS,
         window={"before": "10m", "after": "{{ params.after }}"},
-        columns={"card_id": "l.card_id", "first": "l.txn_id", "second": "r.txn_id"},
+        columns={"card_id": "l.card_id", "txn_id": "l.txn_id", "paired_txn_id": "r.txn_id"},
         output="/w/pairs",
     )
     assert op.inlets == [Asset(uri="file:///w/card_txns")]
@@ -408,7 +408,7 @@ def test_self_join_spec_inlet_and_outlet(submitted):
             "kind": "self_join",
             "input": TXNS,
             "window": {"before": "10m", "after": "10m"},
-            "columns": {"card_id": "l.card_id", "first": "l.txn_id", "second": "r.txn_id"},
+            "columns": {"card_id": "l.card_id", "txn_id": "l.txn_id", "paired_txn_id": "r.txn_id"},
             "output": {"path": "/w/pairs"},
             "_full_refresh": False,
             "_write_path": "auto",
@@ -416,27 +416,33 @@ def test_self_join_spec_inlet_and_outlet(submitted):
     ]
 
 
-def test_self_join_rewrites_a_windowed_join_spec_file(submitted, tmp_path: Path):
+def test_self_join_takes_a_windowed_join_spec_file_and_submits_it_as_it_is(submitted, tmp_path: Path):
+    """Checked after the arguments apply (the file lacks the output), submitted unchanged so the output
+    keeps its identity; the engine runs it as a self-join. Its table is the inlet."""
     spec_file = tmp_path / "pairs.yaml"
-    spec_file.write_text(
-        yaml.safe_dump(
-            {
-                "kind": "windowed_join",
-                "mode": "stream",
-                "left": TXNS,
-                "right": TXNS,
-                "window": {"before": "10m", "after": "10m"},
-                "output": {"path": "/w/pairs"},
-            }
+    windowed = {
+        "kind": "windowed_join",
+        "mode": "stream",
+        "left": TXNS,
+        "right": TXNS,
+        "window": {"before": "10m", "after": "10m"},
+        "columns": {"txn_id": "l.txn_id", "paired_txn_id": "r.txn_id"},
+    }
+    spec_file.write_text(yaml.safe_dump(windowed))
+    op = SelfJoinOptimizeOperator(task_id="pairs", spec_file=str(spec_file), output="/w/pairs")
+    assert op.inlets == [Asset(uri="file:///w/card_txns")]
+    assert op.lineage_tables() == (
+        [("file", "/w/card_txns"), ("file", "/w/card_txns")],
+        [("file", "/w/pairs")],
+    )
+    op.execute(context())
+    assert submitted == [
+        {**windowed, "output": {"path": "/w/pairs"}, "_full_refresh": False, "_write_path": "auto"}
+    ]
+    with pytest.raises(FkJoinBadInputError, match=r"input: the spec file holds a windowed_join"):
+        SelfJoinOptimizeOperator(task_id="both", spec_file=str(spec_file), input=TXNS, output="/w/p").execute(
+            context()
         )
-    )
-    SelfJoinOptimizeOperator(task_id="pairs", spec_file=str(spec_file), allow_full_replace=True).execute(
-        context()
-    )
-    [spec] = submitted
-    assert spec["kind"] == "self_join" and spec["input"] == TXNS and "left" not in spec
-    assert spec["window"] == {"before": 600_000, "after": 600_000, "grace": 0}
-    assert spec["allow_full_replace"] is True  # the operator's arguments apply after the rewrite
 
 
 def test_self_join_refuses_a_windowed_join_it_cannot_rewrite(submitted, tmp_path: Path):
