@@ -583,19 +583,37 @@ class WindowedJoinSpec(_KindSpec):
     def same_table(self) -> bool:
         """Whether both sides are one table read the same way (Kafka's ``stream.join(stream)``): each row
         is then processed as a left row and then as a right row."""
-        return (
-            self.left.identity == self.right.identity
-            and self.left.key == self.right.key
-            and self.left.time == self.right.time
-            and self.left.order_by == self.right.order_by
-        )
+        return not self.self_join_obstacles(sides_only=True)
+
+    def self_join_obstacles(self, *, sides_only: bool = False) -> list[str]:
+        """Why this join does not run as a ``self_join`` (empty: it does): what makes the two sides differ,
+        and unless ``sides_only``, a join other than inner or ``optimize: false``.
+
+        >>> spec.self_join_obstacles()
+        ["right.time 'clicked_at' differs from left.time 'shown_at'"]
+        """
+        left, right = self.left, self.right
+        found = []
+        if left.identity != right.identity:
+            found.append(f"left ({left.location}) and right ({right.location}) are different tables")
+        for field in ("key", "time", "order_by"):
+            ours, theirs = getattr(left, field), getattr(right, field)
+            if ours != theirs:
+                found.append(f"right.{field} {theirs!r} differs from left.{field} {ours!r}")
+        if sides_only:
+            return found
+        if self.how != "inner":
+            found.append(f"how is {self.how!r}; a self_join is inner only (keep this as a windowed_join)")
+        if not self.optimize:
+            found.append("optimize: false asks for the two-sided join; remove it")
+        return found
 
     @property
     def runs_as_self_join(self) -> bool:
         """Whether this join runs as a ``self_join`` (KIP-862's rewrite): one table on both sides, read the
         same way, an inner join, and ``optimize`` left on. Anything that could make the sides differ keeps
         the two-sided join."""
-        return self.same_table and self.how == "inner" and self.optimize
+        return not self.self_join_obstacles()
 
     def inputs(self) -> dict[str, TableRef]:
         """The input tables by side name, in the order they appear in results."""
@@ -917,23 +935,11 @@ def as_self_join(spec: AnySpec | dict[str, Any] | str | Path) -> SelfJoinSpec:
             f"kind: a {shown} spec cannot run as a self_join; give a self_join spec, or a windowed_join "
             "with mode: stream and the same table as left and right"
         )
-    left, right = loaded.left, loaded.right
-    reasons = []
-    if left.identity != right.identity:
-        reasons.append(f"left ({left.location}) and right ({right.location}) are different tables")
-    for field in ("key", "time", "order_by"):
-        if getattr(left, field) != getattr(right, field):
-            reasons.append(
-                f"right.{field} {getattr(right, field)!r} differs from left.{field} {getattr(left, field)!r}"
-            )
-    if loaded.how != "inner":
-        reasons.append(f"how is {loaded.how!r}; a self_join is inner only (keep this as a windowed_join)")
-    if not loaded.optimize:
-        reasons.append("optimize: false asks for the two-sided join; remove it")
+    reasons = loaded.self_join_obstacles()
     if reasons:
         raise SpecError("windowed_join cannot run as a self_join: " + "; ".join(reasons))
     fields = loaded.model_dump(exclude={"kind", "mode", "left", "right", "how", "late_unmatched", "optimize"})
-    rewritten = load_spec({**fields, "kind": "self_join", "input": left.model_dump()})
+    rewritten = load_spec({**fields, "kind": "self_join", "input": loaded.left.model_dump()})
     assert isinstance(rewritten, SelfJoinSpec)
     return rewritten
 
