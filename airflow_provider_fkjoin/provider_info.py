@@ -22,8 +22,8 @@ def get_provider_info() -> dict[str, Any]:
         "package-name": "airflow-provider-fkjoin",
         "name": "FkJoin",
         "description": (
-            "Kafka-Streams-grade incremental joins (foreign-key, global table, stream-table) "
-            "on Spark and Delta Lake."
+            "Kafka-Streams-grade incremental joins (foreign-key, global table, stream-table, windowed, "
+            "self-join and N-way Joinery joins) on Spark and Delta Lake."
         ),
         "versions": [__version__],
         "integrations": [

@@ -167,6 +167,90 @@ def errors_batch(batch: int) -> tuple[list[dict[str, Any]], list[tuple[str, int,
     return new, corrections
 
 
+# -- N-way join (Joinery): businesses, their reviews and their owners (keyed tables) ------------------
+#: Each table's primary key: a batch upserts whole rows and deletes rows by these columns' values.
+BUSINESS_REVIEWS_KEYS: dict[str, tuple[str, ...]] = {
+    "business": ("business_id",),
+    "review": ("review_id",),
+    "business_owner": ("owner_id", "business_id"),  # one row per owner of a business: N:M with reviews
+}
+
+
+def business_reviews_batch(batch: int) -> dict[str, dict[str, list[Any]]]:
+    """Changes of batch ``batch`` to the business, review and business_owner tables, as
+    ``{table: {"upsert": [row, ...], "delete": [key tuple, ...]}}`` (deletes apply first).
+
+    Batch 0 creates the tables: b1 with three reviews and one owner (1:N), b2 with two reviews and two
+    owners (N:M: four joined rows), b3 with two reviews, b4 with an owner but no review, b5 with a review
+    but no owner, b6 with one of each, a review of a business that does not exist (b9) and one that names
+    no business: ten joined rows. Batch 1 renames b1 (its three rows change), rates review 2 again, moves
+    review 7 from b3 to b2 (a join-key change), deletes review 4, business b3 (retracting its last row)
+    and b6's owner, gives b5 an owner and b4 a review, and adds review 1001 to b2: eleven rows. Each later
+    batch ``n`` renames b1, adds review ``1000 + n`` to b2 and deletes the previous batch's, moves review 5
+    between b2 (odd n) and b1 (even n), and drops b2's second owner (even n) or brings her back (odd n).
+
+    Example::
+
+        business_reviews_batch(1)["review"]["delete"]   # [(4,)]
+    """
+    if batch == 0:
+        business = [
+            ("b1", "Golden Dragon", "Toronto"),
+            ("b2", "Pizza Place", "Pittsburgh"),
+            ("b3", "Taco Stand", "Phoenix"),
+            ("b4", "Quiet Cafe", "Montreal"),
+            ("b5", "Sushi Bar", "Las Vegas"),
+            ("b6", "Bagel Shop", "Toronto"),
+        ]
+        reviews = [
+            (1, "b1", "u1", 5), (2, "b1", "u2", 4), (3, "b1", "u3", 3),
+            (4, "b2", "u1", 2), (5, "b2", "u4", 5),
+            (6, "b3", "u2", 4), (7, "b3", "u5", 1),
+            (8, "b5", "u3", 5), (9, "b9", "u6", 3), (10, None, "u7", 2),
+            (11, "b6", "u4", 4),
+        ]  # fmt: skip
+        owners = [
+            ("o1", "b1", "Alice", 100), ("o2", "b2", "Bob", 60), ("o3", "b2", "Carol", 40),
+            ("o1", "b3", "Alice", 100), ("o4", "b4", "Dave", 100), ("o6", "b6", "Erin", 100),
+        ]  # fmt: skip
+        deleted: dict[str, list[tuple[Any, ...]]] = {"business": [], "review": [], "business_owner": []}
+    elif batch == 1:
+        business = [("b1", "Golden Dragon Express", "Toronto")]
+        reviews = [(2, "b1", "u2", 5), (7, "b2", "u5", 1), (12, "b4", "u2", 4), (1001, "b2", "u6", 5)]
+        owners = [("o5", "b5", "Frank", 100)]
+        deleted = {"business": [("b3",)], "review": [(4,)], "business_owner": [("o6", "b6")]}
+    else:
+        business = [("b1", f"Golden Dragon ({batch})", "Toronto")]
+        reviews = [(1000 + batch, "b2", "u8", 1 + batch % 5), (5, "b1" if batch % 2 == 0 else "b2", "u4", 5)]
+        if batch % 2 == 0:
+            owners = [("o2", "b2", "Bob", 100)]
+            deleted = {"business_owner": [("o3", "b2")]}
+        else:
+            owners = [("o2", "b2", "Bob", 60), ("o3", "b2", "Carol", 40)]
+            deleted = {"business_owner": []}
+        deleted.update(business=[], review=[(1000 + batch - 1,)])
+    return {
+        "business": {
+            "upsert": [{"business_id": b, "name": name, "city": city} for b, name, city in business],
+            "delete": deleted["business"],
+        },
+        "review": {
+            "upsert": [
+                {"review_id": r, "biz_id": b, "user_id": u, "stars": stars, "text": f"review {r} by {u}"}
+                for r, b, u, stars in reviews
+            ],
+            "delete": deleted["review"],
+        },
+        "business_owner": {
+            "upsert": [
+                {"owner_id": o, "business_id": b, "owner_name": name, "share_pct": share}
+                for o, b, name, share in owners
+            ],
+            "delete": deleted["business_owner"],
+        },
+    }
+
+
 def _schemas() -> dict[str, Any]:
     import pyarrow as pa
 
@@ -199,12 +283,21 @@ def _schemas() -> dict[str, Any]:
             [("txn_id", pa.int64()), ("card_id", pa.string()), ("txn_at", pa.timestamp("us", tz="UTC")),
              ("place", pa.string()), ("amount", pa.float64()), ("offset", pa.int64())]
         ),
+        "business": pa.schema([("business_id", pa.string()), ("name", pa.string()), ("city", pa.string())]),
+        "review": pa.schema(
+            [("review_id", pa.int64()), ("biz_id", pa.string()), ("user_id", pa.string()),
+             ("stars", pa.int64()), ("text", pa.string())]
+        ),
+        "business_owner": pa.schema(
+            [("owner_id", pa.string()), ("business_id", pa.string()), ("owner_name", pa.string()),
+             ("share_pct", pa.int64())]
+        ),
     }  # fmt: skip
 
 
 def write_batch(paths: dict[str, Path], kind: str) -> dict[str, Any]:
     """Append the next batch of example changes to the tables of ``kind``: ``kip99``, ``kip213``, ``ads``,
-    ``cards`` or ``errors``.
+    ``cards``, ``errors`` or ``business_reviews``.
 
     Creates the tables (change data feed on) when absent. Writes with ``deltalake`` (no JVM needed).
     Returns ``{"batch": n, "versions": {table: version}}``.
@@ -268,6 +361,10 @@ def write_batch(paths: dict[str, Path], kind: str) -> dict[str, Any]:
     elif kind == "cards":
         batch = _next_batch(kind, paths["card_txns"])
         _append(paths["card_txns"], "card_txns", card_txns_batch(batch))
+    elif kind == "business_reviews":
+        batch = _next_batch(kind, paths["review"])
+        for table, changes in business_reviews_batch(batch).items():
+            _apply(paths[table], table, changes["upsert"], changes["delete"])
     else:
         raise ValueError(f"unknown example kind {kind!r}")
     versions = {name: DeltaTable(str(path)).version() for name, path in paths.items()}
@@ -294,6 +391,9 @@ def _next_batch(kind: str, path: Path) -> int:
         column = "impression_id" if kind == "ads" else "txn_id"
         ids = pa.table(DeltaTable(str(path)).to_pyarrow_table(columns=[column]))[column]
         return int(pc.max(ids).as_py()) // 10 + 1
+    if kind == "business_reviews":  # batch n >= 1 adds review 1000+n (and deletes only older ones)
+        ids = pa.table(DeltaTable(str(path)).to_pyarrow_table(columns=["review_id"]))["review_id"]
+        return max(int(pc.max(ids).as_py()) - 1000, 0) + 1
     if kind == "kip99":  # batch n's events have lsn n*100+1...
         lsn = pa.table(DeltaTable(str(path)).to_pyarrow_table(columns=["lsn"]))["lsn"]
         return int(pc.max(lsn).as_py()) // 100 + 1
@@ -311,3 +411,41 @@ def _append(path: Path, name: str, rows: list[dict[str, Any]]) -> None:
         mode="append",
         configuration={"delta.enableChangeDataFeed": "true"},
     )
+
+
+def _sql_literal(value: Any) -> str:
+    """A key value as a SQL literal for a deltalake predicate: ``'b1'`` (quotes doubled), ``4``."""
+    if isinstance(value, str):
+        return "'" + value.replace("'", "''") + "'"
+    return str(int(value))
+
+
+def _apply(path: Path, name: str, upserts: list[dict[str, Any]], deletes: list[tuple[Any, ...]]) -> None:
+    """Apply a keyed table's changes: create it from ``upserts`` when absent, else delete the rows whose key
+    is in ``deletes`` (one commit), then MERGE ``upserts`` by key (one commit: update or insert)."""
+    import pyarrow as pa
+    from deltalake import DeltaTable
+
+    if not (path / "_delta_log").is_dir():
+        _append(path, name, upserts)
+        return
+    key = BUSINESS_REVIEWS_KEYS[name]
+    table = DeltaTable(str(path))
+    if deletes:
+        predicate = " OR ".join(
+            "(" + " AND ".join(f"{c} = {_sql_literal(v)}" for c, v in zip(key, values, strict=True)) + ")"
+            for values in deletes
+        )
+        table.delete(predicate)
+    if upserts:
+        (
+            table.merge(
+                pa.Table.from_pylist(upserts, schema=_schemas()[name]),
+                predicate=" AND ".join(f"t.{c} = s.{c}" for c in key),
+                source_alias="s",
+                target_alias="t",
+            )
+            .when_matched_update_all()
+            .when_not_matched_insert_all()
+            .execute()
+        )

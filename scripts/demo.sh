@@ -3,8 +3,8 @@
 # (local Spark through the `spark_default` connection, Delta tables under demo-warehouse/, SQLite Airflow
 # in demo-warehouse/airflow), printing each join's result: the KIP-99 DAG (global table bootstrapped from
 # a CDC changelog, high-watermark gate, stream enrichment), then the KIP-213 foreign-key join twice (a
-# full refresh, then an incremental one); then a few rows of each output. Re-running continues with the
-# next batch of changes.
+# full refresh, then an incremental one), the windowed joins, the self-join and the N-way (Joinery)
+# join, each twice; then a few rows of each output. Re-running continues with the next batch of changes.
 #   scripts/demo.sh           the Airflow demo
 #   scripts/demo.sh --fresh   start again from empty tables
 #   scripts/demo.sh engine    the engine-only demo (`fkjoin demo`, no Airflow)
@@ -80,6 +80,8 @@ run_dag fkjoin_windowed_errors_vs_last_week
 run_dag fkjoin_windowed_errors_vs_last_week
 run_dag fkjoin_self_join_card_txns
 run_dag fkjoin_self_join_card_txns
+run_dag fkjoin_multiway_business_reviews
+run_dag fkjoin_multiway_business_reviews
 
 # a few rows of each join's output, read with deltalake's query engine (no JVM; applies deletion vectors)
 .venv/bin/python - "$FKJOIN_WAREHOUSE" <<'PY'
@@ -90,7 +92,7 @@ import pyarrow as pa
 from deltalake import DeltaTable, QueryBuilder
 
 warehouse = Path(sys.argv[1])
-for name, key in (("orders_enriched", "order_id"), ("orders_customers", "order_id"), ("ad_clicks", "event_time"), ("errors_vs_last_week", "ws"), ("card_txn_pairs", "event_time")):
+for name, key in (("orders_enriched", "order_id"), ("orders_customers", "order_id"), ("ad_clicks", "event_time"), ("errors_vs_last_week", "ws"), ("card_txn_pairs", "event_time"), ("business_reviews", "biz_id, review_id")):
     table = DeltaTable(str(warehouse / name))
     query = QueryBuilder().register("t", table)
     (count,) = pa.table(query.execute("SELECT count(*) AS n FROM t").read_all()).column("n").to_pylist()

@@ -92,6 +92,8 @@ class ChangedKeys:
     #: With ``image_columns``: each changed key's row as it stood before the range (see
     #: :func:`changed_keys`); keys that did not exist then are absent.
     before: DataFrame | None = None
+    #: With ``image_columns``: each changed key's row at the end of the range; deleted keys are absent.
+    after: DataFrame | None = None
 
     def release(self) -> None:
         self.cached.unpersist()
@@ -112,8 +114,10 @@ def changed_keys(
 
     With ``image_columns``, the same pass also keeps each key's row as it stood at ``after_version``
     (``before``): the pre-image in the first commit of the range that touched the key; a key whose
-    first change inserted it did not exist then. A refresh uses these to know the output's previous
-    rows without reading them. Raises :class:`FeedUnavailable` when the feed cannot serve the range.
+    first change inserted it did not exist then. And its row at ``to_version`` (``after``): the
+    post-image of the last commit that touched it, absent when that commit deleted it. A refresh uses
+    these to know the output's previous rows without reading them. Raises :class:`FeedUnavailable`
+    when the feed cannot serve the range.
 
     >>> changed_keys(orders, ["order_id"], 4, 6, orders_columns).before.collect()  # order 7 updated at v5
     [Row(order_id=7, customer_id=3, status='placed')]
@@ -133,7 +137,9 @@ def _changed_keys(
         packed = F.struct(
             *[F.col(quote(c)) for c in image_columns], F.col("_change_type").alias("_fkjoin_type")
         )
-        aggregates.append(F.min_by(packed, F.struct(F.col("_commit_version"), before)).alias("_fkjoin_first"))
+        order = F.struct(F.col("_commit_version"), before)
+        aggregates.append(F.min_by(packed, order).alias("_fkjoin_first"))
+        aggregates.append(F.max_by(packed, order).alias("_fkjoin_last"))
     grouped = (
         feed.withColumn("_fkjoin_live", live)
         .withColumn("_fkjoin_null", key_is_null(key))
@@ -163,12 +169,15 @@ def _changed_keys(
         else:
             count += int(row["keys"])
     keys = grouped.where(~F.col("_fkjoin_null")).select(*[quote(c) for c in key])
-    images = None
+    images = last_images = None
     if image_columns is not None:
-        first = F.col("_fkjoin_first")
+        first, last = F.col("_fkjoin_first"), F.col("_fkjoin_last")
         images = grouped.where(~F.col("_fkjoin_null") & first.getField("_fkjoin_type").isin(*PRE_IMAGE_TYPES))
         images = images.select(*[first.getField(c).alias(c) for c in image_columns])
-    return ChangedKeys(keys, count, change_rows, null_keys, grouped, images)
+        last_images = grouped.where(
+            ~F.col("_fkjoin_null") & last.getField("_fkjoin_type").isin(*LIVE_CHANGE_TYPES)
+        ).select(*[last.getField(c).alias(c) for c in image_columns])
+    return ChangedKeys(keys, count, change_rows, null_keys, grouped, images, last_images)
 
 
 def maybe_broadcast(frame: DataFrame, rows: int) -> DataFrame:

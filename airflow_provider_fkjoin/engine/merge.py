@@ -494,7 +494,7 @@ def _require_same_columns(output: DeltaHandle, source: DataFrame, columns: list[
     """An incremental MERGE needs the output to have exactly the join's columns; else rebuild."""
     wanted = {f.name: f.dataType.simpleString() for f in source.schema.fields if f.name in columns}
     have = dict(_column_types(output.read().schema))
-    if [(c, wanted.get(c)) for c in columns] != list(have.items()):
+    if {c: wanted.get(c) for c in columns} != have:
         raise RebuildRequired(
             f"the output {output.location}'s columns {have} differ from the join's columns "
             f"{dict((c, wanted.get(c)) for c in columns)}"

@@ -14,6 +14,7 @@ from .expressions import row_errors
 from .fk_join import run_foreign_key_join
 from .global_table import run_global_table_bootstrap
 from .merge import RunOptions
+from .multiway_join import run_multiway_join
 from .ownership import check_ownership
 from .self_join import run_self_join
 from .session import get_spark
@@ -31,6 +32,7 @@ _RUNNERS: dict[str, Callable[[Any, SparkSession, RunOptions], dict[str, Any]]] =
         run_windowed_stream_join if spec.mode == "stream" else run_windowed_table_join
     )(spec, spark, options),
     "self_join": run_self_join,
+    "multiway_join": run_multiway_join,
 }
 
 

@@ -3,6 +3,7 @@
 from airflow_provider_fkjoin.operators.joins import (
     ForeignKeyJoinOperator,
     GlobalTableBootstrapOperator,
+    MultiWayJoinOperator,
     SelfJoinOptimizeOperator,
     StreamTableJoinOperator,
     WindowedJoinOperator,
@@ -11,6 +12,7 @@ from airflow_provider_fkjoin.operators.joins import (
 __all__ = [
     "ForeignKeyJoinOperator",
     "GlobalTableBootstrapOperator",
+    "MultiWayJoinOperator",
     "SelfJoinOptimizeOperator",
     "StreamTableJoinOperator",
     "WindowedJoinOperator",

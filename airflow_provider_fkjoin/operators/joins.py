@@ -110,6 +110,24 @@ def parse_flag(value: Any, field: str) -> bool:
     raise FkJoinBadInputError(f"{field}: expected true or false, got {value!r}")
 
 
+def _normalised(ref: Any, field: str) -> Any:
+    """A table reference with its path normalised as the engine does; a string becomes ``{"path": ...}``.
+
+    A path the engine would refuse fails here, naming the field, before any Spark job::
+
+        _normalised("/w/x/../orders/", "output")   # {"path": "/w/orders"}
+        _normalised({"path": "w/r"}, "inputs[1]")  # FkJoinBadInputError: inputs[1].path: ... is relative
+    """
+    if isinstance(ref, str):
+        ref = {"path": ref}
+    if isinstance(ref, Mapping) and isinstance(ref.get("path"), str):
+        try:
+            return {**ref, "path": check_location(ref["path"])}
+        except ValueError as error:
+            raise FkJoinBadInputError(f"{field}.path: {error}") from error
+    return ref
+
+
 def _dataset(location: str) -> tuple[str, str]:
     """OpenLineage (namespace, name) of a table location: ``("file", "/abs")``, ``("s3://b", "key")``."""
     location = check_location(location)
@@ -215,19 +233,21 @@ class _FkJoinOperator(BaseOperator):
                 f"spec kind {kind!r} does not match {type(self).__name__} ({self.kind})"
             )
         for side in (*self.sides_of(data), "output"):
-            if isinstance(data.get(side), str):
-                data[side] = {"path": data[side]}
-            ref = data.get(side)
-            if isinstance(ref, Mapping) and isinstance(ref.get("path"), str):
-                try:
-                    data[side] = {**ref, "path": check_location(ref["path"])}
-                except ValueError as error:
-                    raise FkJoinBadInputError(f"{side}.path: {error}") from error
+            if side in data:
+                data[side] = _normalised(data[side], side)
         return data
 
     def sides_of(self, spec: Mapping[str, Any]) -> tuple[str, ...]:
         """The input sides of ``spec``: this operator's, or those of another kind it takes."""
         return self.other_kinds.get(spec.get("kind", self.kind), self.input_sides)
+
+    def input_refs(self, spec: Mapping[str, Any]) -> list[tuple[str, Any]]:
+        """The input tables of ``spec`` as ``(field, reference)``, for inlets and lineage.
+
+        One per input side (``[("left", {...}), ("right", {...})]``); a kind whose inputs are a list says
+        where each one sits (``("inputs[1]", {...})``).
+        """
+        return [(side, spec.get(side)) for side in self.sides_of(spec)]
 
     def _static_spec(self) -> dict[str, Any]:
         """What is known at parse time (no rendering): for inlets and outlets."""
@@ -258,8 +278,8 @@ class _FkJoinOperator(BaseOperator):
         output = asset(static.get("output"))
         if output is not None and output not in self.outlets:
             self.outlets = [*self.outlets, output]
-        for side in self.sides_of(static):
-            source = asset(static.get(side))
+        for _field, ref in self.input_refs(static):
+            source = asset(ref)
             if source is not None and source not in self.inlets:
                 self.inlets = [*self.inlets, source]
 
@@ -332,7 +352,7 @@ class _FkJoinOperator(BaseOperator):
     def lineage_tables(self) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
         """OpenLineage (namespace, name) of the inputs and the output of the spec last run."""
         spec = self._spec or self._static_spec()
-        inputs = [_dataset(p) for side in self.sides_of(spec) if (p := _table_path(spec.get(side)))]
+        inputs = [_dataset(p) for _field, ref in self.input_refs(spec) if (p := _table_path(ref))]
         output = _table_path(spec.get("output"))
         return inputs, ([_dataset(output)] if output else [])
 
@@ -649,3 +669,162 @@ class SelfJoinOptimizeOperator(_FkJoinOperator):
             as_self_join(dict(spec))
         except SpecError as error:
             raise FkJoinBadInputError(str(error)) from error
+
+
+def _is_joinery(spec: Mapping[str, Any]) -> bool:
+    """Whether a multiway spec is Joinery's format: ``format: joinery``, or ``join:`` without ``inputs:``.
+
+    The engine's own test (``engine.joinery.is_joinery``) also asks for no ``kind``; the operator adds
+    ``kind: multiway_join`` to every spec it builds, so it goes by ``inputs`` instead.
+
+    >>> _is_joinery({"join": [], "schemas": {}}), _is_joinery({"inputs": []})
+    (True, False)
+    """
+    return spec.get("format") == "joinery" or ("join" in spec and "inputs" not in spec)
+
+
+def _joinery_schema(spec: Mapping[str, Any], schema_id: Any) -> Any:
+    """The ``schemas:`` entry of a Joinery ``schema_id`` (ids compare as strings, as the engine does:
+    YAML reads ``56789`` as an int, JSON object keys are strings)."""
+    schemas = spec.get("schemas")
+    if not isinstance(schemas, Mapping):
+        return None
+    return {str(key): value for key, value in schemas.items()}.get(str(schema_id))
+
+
+class MultiWayJoinOperator(_FkJoinOperator):
+    """Refresh an N-way un-windowed inner join (``kind: multiway_join``, Yelp Joinery): 2 to 8 keyed tables
+    or changelogs joined on their ``join_keys`` (matched by position), 1:1, 1:N or N:M, where a change to
+    any input updates every output row it reaches (a renamed business, all its reviews), incrementally.
+
+    Give the native fields (``inputs``), Joinery's own (``join`` with ``schemas`` resolving each
+    ``schema_id`` to a table, and ``format="joinery"``), or a ``spec_file`` of either format. A Joinery
+    spec is submitted as it is (the engine converts it, resolving a ``pkey`` renamed by an alias and
+    counting rather than refusing a ``pkey`` that repeats); mixing ``inputs`` with ``join`` fails the task
+    before any Spark job. Every input table is an inlet (Joinery: the tables its ``join`` entries name).
+
+    :param inputs: ``[{"name": ..., "path": ..., "key": [...], "join_keys": [...], "exclude_fields": [...],
+        "aliases": [{"from": ..., "to": ...}]}, ...]``; ``table:`` instead of ``path`` for a catalog table,
+        ``changelog: {...}`` for a CDC source. Join-key columns that end up with one name are one column.
+    :param join: Joinery's ``join:`` list (``schema_id``, ``join_keys``, ``exclude_fields``, ``aliases``).
+    :param schemas: Joinery: ``{schema_id: {"path": ..., "key": [...], "name": ...}}``.
+    :param format: ``joinery`` for ``join``/``schemas`` (set for you when ``join`` is given), or ``native``.
+    :param output: the output's path, or ``{"path": ..., "pkey": [...]}``; Joinery's output also takes
+        ``namespace``, ``source`` and ``doc``. An ``output`` argument replaces the spec file's whole output.
+    :param enforce_pkey: fail a refresh whose ``output.pkey`` repeats (native default), or only count the
+        repeats (``False``, Joinery's default). Templated: ``"false"`` is read as ``False``.
+    :param max_rows_per_join_key: the most output rows one join key may produce (an N:M guard; templated:
+        ``"5000"`` is read as ``5000``).
+
+    Example::
+
+        MultiWayJoinOperator(
+            task_id="business_reviews",
+            inputs=[
+                {"name": "review", "path": "/w/reviews", "key": ["review_id"], "join_keys": ["biz_id"],
+                 "exclude_fields": ["text"]},
+                {"name": "business", "path": "/w/business", "key": ["business_id"],
+                 "join_keys": ["business_id"], "aliases": [{"from": "business_id", "to": "biz_id"}]},
+            ],
+            output={"path": "/w/business_reviews", "pkey": ["review_id"]},
+        )
+    """
+
+    kind = "multiway_join"
+    spec_fields = (
+        "inputs",
+        "join",
+        "schemas",
+        "format",
+        "output",
+        "enforce_pkey",
+        "max_rows_per_join_key",
+    )
+    template_fields: Sequence[str] = (*map(_attr, spec_fields), *COMMON_TEMPLATE_FIELDS)
+    template_fields_renderers = {"inputs": "json", "join": "json", "schemas": "json", "conf": "json"}
+
+    def __init__(
+        self,
+        *,
+        inputs: Sequence[Mapping[str, Any]] | None = None,
+        join: Sequence[Mapping[str, Any]] | None = None,
+        schemas: Mapping[Any, Mapping[str, Any]] | None = None,
+        format: str | None = None,
+        output: TableArg | None = None,
+        enforce_pkey: bool | str | None = None,
+        max_rows_per_join_key: int | str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        spec_args = {
+            "inputs": inputs,
+            "join": join,
+            "schemas": schemas,
+            "format": format,
+            "output": output,
+            "enforce_pkey": enforce_pkey,
+            "max_rows_per_join_key": max_rows_per_join_key,
+        }
+        super().__init__(spec_args=spec_args, **kwargs)
+
+    def input_refs(self, spec: Mapping[str, Any]) -> list[tuple[str, Any]]:
+        """The input tables in join order: ``inputs[i]``, or the ``schemas`` entry of Joinery's ``join[i]``.
+
+        >>> op = MultiWayJoinOperator(task_id="t")
+        >>> op.input_refs({"join": [{"schema_id": 7}], "schemas": {7: {"path": "/w/b"}}})
+        [('schemas.7', {'path': '/w/b'})]
+        """
+        refs: list[tuple[str, Any]] = []
+        if _is_joinery(spec):
+            join = spec.get("join")
+            for item in join if isinstance(join, list) else []:
+                if isinstance(item, Mapping) and "schema_id" in item:
+                    schema_id = item["schema_id"]
+                    refs.append((f"schemas.{schema_id}", _joinery_schema(spec, schema_id)))
+            return refs
+        inputs = spec.get("inputs")
+        for index, item in enumerate(inputs if isinstance(inputs, list) else []):
+            refs.append((f"inputs[{index}]", item))
+        return refs
+
+    def build_spec(self, context: Context | None = None) -> dict[str, Any]:
+        """The spec as every operator builds it, plus: each input's path normalised (naming
+        ``inputs[i].path`` or ``schemas.<id>.path``), ``format: joinery`` when ``join`` is given without
+        it, and rendered ``enforce_pkey``/``max_rows_per_join_key`` strings read as a bool and an int."""
+        data = super().build_spec(context)
+        if "join" in data and "inputs" not in data:
+            data.setdefault("format", "joinery")
+        inputs = data.get("inputs")
+        if isinstance(inputs, list):
+            data["inputs"] = [
+                _normalised(item, f"inputs[{index}]") if isinstance(item, Mapping) else item
+                for index, item in enumerate(inputs)
+            ]
+        schemas = data.get("schemas")
+        if isinstance(schemas, Mapping):
+            data["schemas"] = {
+                key: _normalised(entry, f"schemas.{key}") if isinstance(entry, Mapping) else entry
+                for key, entry in schemas.items()
+            }
+        if isinstance(data.get("enforce_pkey"), str):
+            data["enforce_pkey"] = parse_flag(data["enforce_pkey"], "enforce_pkey")
+        limit = data.get("max_rows_per_join_key")
+        if isinstance(limit, str):
+            try:
+                data["max_rows_per_join_key"] = int(limit.strip())
+            except ValueError:
+                raise FkJoinBadInputError(
+                    f"max_rows_per_join_key: expected a whole number of rows, got {limit!r}"
+                ) from None
+        return data
+
+    def validate_spec(self, spec: Mapping[str, Any]) -> None:
+        """One format per spec (native ``inputs``, or Joinery's ``join`` and ``schemas``), then the engine's
+        own validation, which converts a Joinery spec first."""
+        joinery = sorted(field for field in ("join", "schemas") if field in spec)
+        if "inputs" in spec and (joinery or spec.get("format") == "joinery"):
+            found = ", ".join(joinery) if joinery else "format: joinery"
+            raise FkJoinBadInputError(
+                f"inputs: the spec has both native inputs and Joinery's {found}; give the inputs one way: "
+                "inputs (native), or join with schemas (format: joinery)"
+            )
+        super().validate_spec(spec)

@@ -18,6 +18,7 @@ from airflow_provider_fkjoin.links import OUTPUT_TABLE_XCOM_KEY, SPARK_UI_XCOM_K
 from airflow_provider_fkjoin.operators import (
     ForeignKeyJoinOperator,
     GlobalTableBootstrapOperator,
+    MultiWayJoinOperator,
     SelfJoinOptimizeOperator,
     StreamTableJoinOperator,
     WindowedJoinOperator,
@@ -69,6 +70,8 @@ def submitted(monkeypatch) -> list[dict[str, Any]]:
             for side in spec
             if side in ("left", "right", "source", "stream", "table", "input")
         }
+        for item in spec.get("inputs") or []:  # a multiway_join reports its inputs by name
+            sides[item["name"]] = {"path": item["path"], "to_version": 4}
         return {
             "kind": spec["kind"],
             "mode": "incremental",
@@ -270,6 +273,8 @@ def test_every_operator_templates_full_refresh():
         "GlobalTableBootstrapOperator",
         "StreamTableJoinOperator",
         "WindowedJoinOperator",
+        "SelfJoinOptimizeOperator",
+        "MultiWayJoinOperator",
     }
     for operator in operators:
         assert "full_refresh" in operator.template_fields, operator.__name__
@@ -471,3 +476,217 @@ def test_windowed_join_inverted_window_fails_before_any_spark_job(submitted):
     with pytest.raises(FkJoinBadInputError, match="window: before"):
         op.execute(context())
     assert submitted == []
+
+
+# -- multiway_join (Joinery) ---------------------------------------------------------------------------
+REVIEW = {"name": "review", "path": "/w/review", "key": ["review_id"], "join_keys": ["biz_id"]}
+BUSINESS = {
+    "name": "business",
+    "path": "/w/business",
+    "key": ["business_id"],
+    "join_keys": ["business_id"],
+    "aliases": [{"from": "business_id", "to": "biz_id"}],
+}
+OWNER = {
+    "name": "owner",
+    "path": "/w/owner",
+    "key": ["owner_id", "business_id"],
+    "join_keys": ["business_id"],
+    "aliases": [{"from": "business_id", "to": "biz_id"}],
+}
+#: Joinery's published example (business, then its reviews), with the schemas map resolving its ids.
+JOINERY = {
+    "format": "joinery",
+    "schemas": {
+        56789: {"name": "business", "path": "/w/business", "key": ["business_id"]},
+        12345: {"name": "review", "path": "/w/review", "key": ["review_id"]},
+    },
+    "join": [
+        {
+            "schema_id": 56789,
+            "join_keys": ["business_id"],
+            "aliases": [{"from": "business_id", "to": "biz_id"}],
+        },
+        {"schema_id": 12345, "join_keys": ["biz_id"], "exclude_fields": ["text"]},
+    ],
+    "output": {
+        "namespace": "joinery",
+        "source": "business_reviews",
+        "doc": "Yelp businesses and their reviews",
+        "pkey": "business_id",
+        "path": "/w/business_reviews",
+    },
+}
+
+
+def multiway_operator(**kwargs: Any) -> MultiWayJoinOperator:
+    args = {
+        "task_id": "business_reviews",
+        "inputs": [{**REVIEW, "exclude_fields": ["{{ params.hidden }}"]}, BUSINESS, OWNER],
+        "output": {"path": "/w/business_reviews", "pkey": ["review_id", "owner_id"]},
+        "enforce_pkey": "{{ params.enforce }}",
+        "max_rows_per_join_key": "{{ params.limit }}",
+    }
+    return MultiWayJoinOperator(**{**args, **kwargs})
+
+
+def test_multiway_join_spec_templates_inlets_outlet_and_result(submitted):
+    """Every input is an inlet, in join order; rendered flags and limits reach the hook as a bool and an
+    int; the result is the XCom value and the asset event names the versions consumed per input."""
+    op = multiway_operator()
+    assert op.inlets == [
+        Asset(uri="file:///w/review"),
+        Asset(uri="file:///w/business"),
+        Asset(uri="file:///w/owner"),
+    ]
+    assert op.outlets == [Asset(uri="file:///w/business_reviews")]
+    assert {"inputs", "join", "schemas", "output_table", "enforce_pkey", "max_rows_per_join_key"} <= set(
+        op.template_fields
+    )
+    ctx = context(params={"hidden": "text", "enforce": "False", "limit": "5000"})
+    op.render_template_fields(ctx)
+    result = op.execute(ctx)
+    assert submitted == [
+        {
+            "kind": "multiway_join",
+            "inputs": [{**REVIEW, "exclude_fields": ["text"]}, BUSINESS, OWNER],
+            "output": {"path": "/w/business_reviews", "pkey": ["review_id", "owner_id"]},
+            "enforce_pkey": False,
+            "max_rows_per_join_key": 5000,
+            "_full_refresh": False,
+            "_write_path": "auto",
+        }
+    ]
+    assert result["kind"] == "multiway_join" and result["output"]["version"] == 7
+    event = ctx["outlet_events"][Asset(uri="file:///w/business_reviews")]
+    assert event.extra["inputs"] == {"review": 4, "business": 4, "owner": 4}
+    assert op.lineage_tables() == (
+        [("file", "/w/review"), ("file", "/w/business"), ("file", "/w/owner")],
+        [("file", "/w/business_reviews")],
+    )
+
+
+def test_multiway_join_templated_paths_are_rendered_and_normalised(submitted):
+    with DAG("multiway_templated", schedule=None, start_date=START):
+        op = MultiWayJoinOperator(
+            task_id="business_reviews",
+            inputs=[
+                {**REVIEW, "path": "{{ params.wh }}/review/"},
+                {**BUSINESS, "path": "file://{{ params.wh }}/./business"},
+            ],
+            output="{{ params.wh }}/x/../business_reviews",
+        )
+    assert op.inlets == [] and op.outlets == []  # templated: unknown at parse time
+    ctx = context(params={"wh": "/lake"})
+    op.render_template_fields(ctx)
+    op.execute(ctx)
+    assert submitted[0]["inputs"] == [
+        {**REVIEW, "path": "/lake/review"},
+        {**BUSINESS, "path": "/lake/business"},
+    ]
+    assert submitted[0]["output"] == {"path": "/lake/business_reviews"}
+
+
+def test_multiway_join_takes_joinery_arguments_and_submits_them_as_they_are(submitted):
+    """Joinery's own format (Yelp's example, plus the schemas map) goes to the engine unconverted: the
+    engine resolves the schema ids, the pkey renamed by an alias and the pkey that repeats. The inlets are
+    the tables the join entries name, in join order."""
+    op = MultiWayJoinOperator(task_id="business_reviews", **JOINERY)
+    assert op.inlets == [Asset(uri="file:///w/business"), Asset(uri="file:///w/review")]
+    assert op.outlets == [Asset(uri="file:///w/business_reviews")]
+    op.execute(context())
+    assert submitted == [{**JOINERY, "kind": "multiway_join", "_full_refresh": False, "_write_path": "auto"}]
+    assert op.lineage_tables() == (
+        [("file", "/w/business"), ("file", "/w/review")],
+        [("file", "/w/business_reviews")],
+    )
+
+
+def test_multiway_join_takes_a_joinery_spec_file_rendered_with_jinja(submitted, tmp_path: Path):
+    """A Joinery YAML file (int schema ids, no ``format``: its ``join:`` says it) with a templated path;
+    the output argument replaces the file's output. Its tables are inlets at parse time."""
+    document = {key: value for key, value in JOINERY.items() if key != "format"}
+    document["schemas"] = {
+        **JOINERY["schemas"],
+        12345: {"name": "review", "path": "/w/{{ ds }}/review", "key": ["review_id"]},
+    }
+    spec_file = tmp_path / "business_reviews.yaml"
+    spec_file.write_text(yaml.safe_dump(document))
+    op = MultiWayJoinOperator(
+        task_id="business_reviews",
+        spec_file=str(spec_file),
+        output={"path": "/w/reviews_by_business", "pkey": ["review_id"]},
+    )
+    assert op.inlets == [Asset(uri="file:///w/business")]  # the review path is templated
+    assert op.outlets == [Asset(uri="file:///w/reviews_by_business")]
+    op.execute(context())
+    (spec,) = submitted
+    assert spec["format"] == "joinery" and spec["kind"] == "multiway_join"
+    assert spec["schemas"][12345]["path"] == "/w/2025-01-01/review"
+    assert spec["output"] == {"path": "/w/reviews_by_business", "pkey": ["review_id"]}
+    assert spec["join"] == JOINERY["join"]
+
+
+def test_multiway_join_takes_a_native_spec_file(submitted, tmp_path: Path):
+    spec_file = tmp_path / "business_reviews.yaml"
+    spec_file.write_text(
+        yaml.safe_dump({"kind": "multiway_join", "inputs": [REVIEW, BUSINESS], "max_rows_per_join_key": 10})
+    )
+    op = MultiWayJoinOperator(task_id="br", spec_file=str(spec_file), output="/w/br")
+    assert op.inlets == [Asset(uri="file:///w/review"), Asset(uri="file:///w/business")]
+    op.execute(context())
+    assert submitted[0] == {
+        "kind": "multiway_join",
+        "inputs": [REVIEW, BUSINESS],
+        "max_rows_per_join_key": 10,
+        "output": {"path": "/w/br"},
+        "_full_refresh": False,
+        "_write_path": "auto",
+    }
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (  # join keys match by position: one input joins on two columns, the other on one
+            {"inputs": [{**REVIEW, "join_keys": ["biz_id", "user_id"]}, BUSINESS]},
+            r"inputs\[1\]\.join_keys: 'business' joins on 1 column\(s\) but 'review' on 2",
+        ),
+        ({"inputs": [REVIEW]}, r"inputs: List should have at least 2 items"),  # one input is no join
+        (
+            {"inputs": [REVIEW, {**BUSINESS, "path": "/w/review/"}]},
+            r"'business' and 'review' are the same table \(/w/review\)",
+        ),
+        (
+            {"inputs": [REVIEW, {**BUSINESS, "name": "review"}]},
+            r"names \['review'\] are used twice",
+        ),
+        (
+            {"inputs": [REVIEW, BUSINESS], "join": JOINERY["join"]},
+            r"^inputs: the spec has both native inputs and Joinery's join",
+        ),
+        (
+            {**JOINERY, "join": [*JOINERY["join"], {"schema_id": 999, "join_keys": ["biz_id"]}]},
+            r"join\[2\]\.schema_id: 999 is not in schemas",
+        ),
+        (
+            {"inputs": [REVIEW, BUSINESS], "max_rows_per_join_key": "lots"},
+            r"^max_rows_per_join_key: expected",
+        ),
+        ({"inputs": [REVIEW, BUSINESS], "enforce_pkey": "maybe"}, r"^enforce_pkey: expected true or false"),
+        ({"inputs": [{**REVIEW, "path": "w/review"}, BUSINESS]}, r"^inputs\[0\]\.path: table location 'w/r"),
+        ({**JOINERY, "schemas": {12345: {"path": "w/review"}}}, r"^schemas\.12345\.path: table location"),
+    ],
+)
+def test_multiway_join_bad_spec_fails_before_any_spark_job(submitted, arguments, message):
+    op = MultiWayJoinOperator(**{"task_id": "br", "output": "/w/business_reviews", **arguments})
+    with pytest.raises(FkJoinBadInputError, match=message):
+        op.execute(context())
+    assert submitted == []
+
+
+def test_multiway_join_refuses_a_spec_file_of_another_kind(tmp_path: Path):
+    spec_file = tmp_path / "fk.yaml"
+    spec_file.write_text("kind: foreign_key_join\noutput: /w/x\n")
+    with pytest.raises(FkJoinBadInputError, match=r"does not match MultiWayJoinOperator \(multiway_join\)"):
+        MultiWayJoinOperator(task_id="br", spec_file=str(spec_file)).build_spec()

@@ -1,0 +1,708 @@
+"""N-way un-windowed inner joins (Yelp Joinery; ``reference/windowed_self_multiway.md`` §4), maintained
+incrementally by the telescoping delta rule.
+
+Two to eight keyed inputs (tables or changelog sources) join on their ``join_keys``, matched by
+position: 1:1, 1:N and N:M. Each output row is identified by the tuple of its inputs' primary keys, kept
+in hidden ``_fkjoin_id__<input>__<column>`` columns: that identity is the merge key, so the visible
+columns (every field minus ``exclude_fields``, renamed by ``aliases``, equal join-key columns merged)
+may repeat.
+
+**Incremental refresh.** With the inputs in spec order, old states ``O_i`` (the consumed versions), new
+states ``N_i`` (the pinned versions) and changes ``Δ_i = N_i - O_i``, the change of the join is::
+
+    ΔQ = Σ_i  N_1 ⋈ … ⋈ N_(i-1) ⋈ Δ_i ⋈ O_(i+1) ⋈ … ⋈ O_n
+
+Every input's rows are tagged with the image they are (``0`` unchanged, ``1`` new, ``2`` old), each term's
+rows carry a weight (``+1`` for a new image of input i, ``-1`` for an old one), and the terms' rows are
+summed per (identity, tags): combinations that two terms produce with opposite signs cancel exactly,
+whatever their values. What is left is, per identity, at most one new row (+1) and one old row (-1):
+an insert, an update (when a value differs) or a delete, written as one net change.
+
+Only the join keys that a change touches are read (``G``), once per input: ``N_i|G`` is a scan of the
+input filtered by a broadcast of ``G``; the old state ``O_i|G`` is that minus the changed keys plus their
+pre-images from the change feed. A changelog input's pre-images come from its log as of the consumed
+version (time travel); when that snapshot is gone the refresh falls back to recomputing the changed
+identities from the new states and diffing them against the output, and says so in ``reason``.
+
+An N:M join key whose bucket-size product exceeds ``max_rows_per_join_key`` fails before any join is
+materialised; ``output.pkey`` is checked (or, with ``enforce_pkey: false``, its repeats are counted).
+
+Example::
+
+    run_multiway_join(load_spec("business_reviews.yaml"), spark, options)
+    # {"mode": "incremental", "rows": {"inserted": 3, "updated": 12, "deleted": 1, ...}, ...}
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from functools import reduce
+from typing import Any
+
+from pyspark import StorageLevel
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from . import changelog as cl
+from .change_writer import CHANGE, NetChanges, net_changes
+from .changes import ChangedKeys, changed_keys, check_keys, feed_errors, maybe_broadcast
+from .errors import InputDataError, SpecError
+from .fk_join import JoinInput, read_input
+from .merge import PRESENT, RefreshContext, RunOptions, begin_refresh, merge_output, write_full_output
+from .planning import InputState, RebuildRequired, RefreshPlan, schema_columns
+from .spec import MultiWayInput, MultiWayJoinSpec, quote
+from .tables import DeltaHandle, TableState, key_is_null, require_columns
+from .trace import phase
+
+ID_PREFIX = "_fkjoin_id__"
+ON_PREFIX = "_fkjoin_on"
+TAG_PREFIX = "_fkjoin_tag_"
+WEIGHT = "_fkjoin_weight"
+UNCHANGED, NEW_IMAGE, OLD_IMAGE = 0, 1, 2
+
+
+def identity_column(input_name: str, column: str) -> str:
+    """The hidden output column holding one part of an input's primary key.
+
+    >>> identity_column("review", "review_id")
+    '_fkjoin_id__review__review_id'
+    """
+    return f"{ID_PREFIX}{input_name}__{column}"
+
+
+@dataclass(frozen=True)
+class InputShape:
+    """How one input enters the join: its key, join keys, and the fields it shows (source -> output)."""
+
+    name: str
+    key: list[str]
+    join_keys: list[str]
+    shown: list[tuple[str, str]]
+
+    @property
+    def identity(self) -> list[tuple[str, str]]:
+        return [(column, identity_column(self.name, column)) for column in self.key]
+
+
+@dataclass(frozen=True)
+class MultiWayShape:
+    """The join's columns, resolved against the live schemas: what each input shows and the output."""
+
+    inputs: list[InputShape]
+    #: The output's merge key: every input's primary key, hidden, in input order.
+    identity: list[str]
+    #: The visible output columns, in order.
+    value_columns: list[str]
+    #: The join keys' output names per position where an input shows them (for messages).
+    on: list[str]
+    pkey: list[str] | None
+    #: Whether ``pkey`` needs a data check (False when it holds every input's key, so it is unique).
+    pkey_checked: bool
+
+    def by_name(self, name: str) -> InputShape:
+        return next(shape for shape in self.inputs if shape.name == name)
+
+
+def resolve_shape(
+    spec: MultiWayJoinSpec, frames: dict[str, DataFrame], handles: dict[str, DeltaHandle]
+) -> MultiWayShape:
+    """Check the spec against the live schemas and name the output's columns; reads no data."""
+    shapes: list[InputShape] = []
+    owner: dict[str, str] = {}
+    merged_on: dict[str, int] = {}
+    types: list[T.DataType | None] = [None] * len(spec.inputs_[0].join_keys)
+    first_typed: list[str] = [""] * len(types)
+    for index, item in enumerate(spec.inputs_):
+        schema = frames[item.name].schema
+        names = schema.names
+        where = f"inputs[{index}]"
+        handle = handles[item.name]
+        require_columns(names, item.key, f"{where}.key", handle)
+        require_columns(names, item.join_keys, f"{where}.join_keys", handle)
+        require_columns(names, item.exclude_fields, f"{where}.exclude_fields", handle)
+        require_columns(names, [a.from_ for a in item.aliases], f"{where}.aliases", handle)
+        for position, column in enumerate(item.join_keys):
+            data_type = schema[column].dataType
+            if types[position] is None:
+                types[position], first_typed[position] = data_type, f"{item.name}.{column}"
+            elif data_type != types[position]:
+                raise SpecError(
+                    f"{where}.join_keys[{position}]: {item.name}.{column} is {data_type.simpleString()} but "
+                    f"{first_typed[position]} is {types[position].simpleString()}; join keys compare by "
+                    "exact value, so both must have one type (cast one in the table that feeds the join)"
+                )
+        on_names = {item.shown_name(c): p for p, c in enumerate(item.join_keys)}
+        shown: list[tuple[str, str]] = []
+        for column in names:
+            if column in item.exclude_fields:
+                continue
+            name = item.shown_name(column)
+            position = on_names.get(name) if column in item.join_keys else None
+            if name in owner:
+                if position is not None and merged_on.get(name) == position:
+                    continue  # the same join-key column as an earlier input's: shown once
+                raise SpecError(
+                    f"{where}: column {name!r} of input {item.name!r} clashes with the same name from input "
+                    f"{owner[name]!r}; rename one with aliases (e.g. {{from: {column}, to: "
+                    f"{item.name}_{column}}}) or drop it with exclude_fields"
+                )
+            owner[name] = item.name
+            if position is not None:
+                merged_on[name] = position
+            shown.append((column, name))
+        shapes.append(InputShape(item.name, list(item.key), list(item.join_keys), shown))
+    identity = [hidden for shape in shapes for _, hidden in shape.identity]
+    value_columns = [name for shape in shapes for _, name in shape.shown]
+    on = [
+        next((n for n, p in merged_on.items() if p == position), f"join key {position}")
+        for position in range(len(types))
+    ]
+    pkey = spec.output.pkey
+    if pkey is not None:
+        missing = [c for c in pkey if c not in value_columns]
+        if missing:
+            raise SpecError(
+                f"output.pkey: {missing} are not output columns (the output has {value_columns}); name "
+                "output columns, after aliases"
+            )
+    covered = pkey is not None and all(
+        any(source == key and name in pkey for source, name in shape.shown)
+        for shape in shapes
+        for key in shape.key
+    )
+    return MultiWayShape(shapes, identity, value_columns, on, pkey, pkey is not None and not covered)
+
+
+def _on_columns(shape: InputShape) -> list[Column]:
+    return [F.col(quote(c)).alias(f"{ON_PREFIX}{p}") for p, c in enumerate(shape.join_keys)]
+
+
+def _on_names(count: int) -> list[str]:
+    return [f"{ON_PREFIX}{p}" for p in range(count)]
+
+
+def prepared(shape: InputShape, rows: DataFrame, tag: Column, weight: Column | None = None) -> DataFrame:
+    """An input's rows as the join takes them: join keys, hidden identity, shown fields, image tag."""
+    columns = [
+        *_on_columns(shape),
+        *[F.col(quote(source)).alias(hidden) for source, hidden in shape.identity],
+        *[F.col(quote(source)).alias(name) for source, name in shape.shown],
+        tag.alias(TAG_PREFIX + shape.name),
+    ]
+    if weight is not None:
+        columns.append(weight.alias(WEIGHT))
+    on = [F.col(quote(c)).isNotNull() for c in shape.join_keys]
+    return rows.where(reduce(lambda a, b: a & b, on)).select(*columns)
+
+
+def join_all(frames: list[DataFrame], arity: int) -> DataFrame:
+    """The inner join of prepared inputs on their join keys (by position), in the given order."""
+    return reduce(lambda left, right: left.join(right, on=_on_names(arity), how="inner"), frames)
+
+
+@dataclass
+class InputChanges:
+    """One input's change since its consumed version: changed keys, new and old images (rows)."""
+
+    changed: ChangedKeys
+    new_rows: DataFrame
+    old_rows: DataFrame | None
+    count: int = 0
+    cached: list[DataFrame] = field(default_factory=list)
+
+    def release(self) -> None:
+        self.changed.release()
+        for frame in self.cached:
+            frame.unpersist()
+
+
+class OldSnapshotGone(RebuildRequired):
+    """A changelog input's log cannot be read as of its consumed version (the reason is the message)."""
+
+
+def run_multiway_join(spec: MultiWayJoinSpec, spark: SparkSession, options: RunOptions) -> dict[str, Any]:
+    """Refresh a ``multiway_join`` once (see the module docstring)."""
+    started = time.monotonic()
+    refs = spec.inputs()
+    handles = {name: DeltaHandle(spark, ref, name) for name, ref in refs.items()}
+    output = DeltaHandle(spark, spec.output, "output")
+    for handle in handles.values():
+        handle.require()
+    states: dict[str, TableState] = {name: handle.state() for name, handle in handles.items()}
+    phase("pinned")
+    sides = {name: read_input(refs[name], handles[name], states[name]) for name in refs}
+    shape = resolve_shape(spec, {name: side.rows for name, side in sides.items()}, handles)
+    warnings = list(spec.notes)
+    warnings += [
+        f"change data feed is off on input {name} ({handles[name].location}): every refresh will be a full "
+        "rebuild; enable it with ALTER TABLE ... SET TBLPROPERTIES (delta.enableChangeDataFeed = true)"
+        for name in refs
+        if not states[name].cdf_enabled
+    ]
+    current = {
+        name: InputState(
+            handles[name].location,
+            states[name].table_id,
+            states[name].version,
+            states[name].cdf_enabled,
+            schema_columns(sides[name].raw.schema),
+        )
+        for name in refs
+    }
+    refresh, plan = begin_refresh(spec, output, current, options, started, warnings)
+    if plan.mode == "noop":
+        assert refresh.previous is not None
+        phase("committed")
+        return refresh.result(plan, refresh.previous.output_version, _rows(spec))
+    if plan.mode == "incremental":
+        done = _incremental(spec, shape, sides, output, plan, refresh)
+        if isinstance(done, dict):
+            return done
+        plan = RefreshPlan("full", done, dict.fromkeys(current))
+    return _full(spec, shape, sides, output, plan, refresh)
+
+
+def _rows(spec: MultiWayJoinSpec, **counts: Any) -> dict[str, Any]:
+    names = [item.name for item in spec.inputs_]
+    rows: dict[str, Any] = {
+        "inserted": counts.get("inserted", 0),
+        "updated": counts.get("updated", 0),
+        "deleted": counts.get("deleted", 0),
+        "join_keys_affected": counts.get("join_keys", 0),
+        "changes_read": {n: counts.get("changes", {}).get(n, 0) for n in names},
+        "null_keys_dropped": {n: counts.get("nulls", {}).get(n, 0) for n in names},
+    }
+    if "pkey_duplicates" in counts:
+        rows["pkey_duplicates"] = counts["pkey_duplicates"]
+    return rows
+
+
+def _non_null(side: JoinInput, key: list[str]) -> DataFrame:
+    return side.rows.where(~key_is_null(key))
+
+
+def _full(
+    spec: MultiWayJoinSpec,
+    shape: MultiWayShape,
+    sides: dict[str, JoinInput],
+    output: DeltaHandle,
+    plan: RefreshPlan,
+    refresh: RefreshContext,
+) -> dict[str, Any]:
+    nulls: dict[str, int] = {}
+    frames = []
+    for item in shape.inputs:
+        side = sides[item.name]
+        if side.changelog is None:
+            nulls[item.name] = check_keys(
+                side.rows, item.key, side.handle, side.version, count_nulls=True
+            ).null_keys
+        else:
+            nulls[item.name] = cl.check_events(side.raw, side.changelog, side.handle).null_keys
+        frames.append(prepared(item, _non_null(side, item.key), F.lit(UNCHANGED)))
+    phase("changes_read")
+    arity = len(shape.on)
+    guard_buckets(spec, shape, [frames], arity)
+    joined = join_all(frames, arity).select(*[quote(c) for c in shape.value_columns + shape.identity])
+    if shape.pkey_checked:
+        joined = joined.persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        duplicates = check_pkey(spec, shape, joined, None, refresh.warnings)
+        phase("merge_started")
+        commit = write_full_output(
+            output, joined, shape.identity, shape.value_columns, refresh.request("full", plan.reason)
+        )
+    finally:
+        joined.unpersist()
+    phase("committed")
+    counts: dict[str, Any] = {
+        "inserted": commit.inserted,
+        "updated": commit.updated,
+        "deleted": commit.deleted,
+    }
+    if duplicates is not None:
+        counts["pkey_duplicates"] = duplicates
+    return refresh.result(
+        plan, commit.version, _rows(spec, **counts, nulls=nulls), write_path=commit.write_path
+    )
+
+
+# -- the N:M guard and the pkey check ------------------------------------------------------------------
+
+
+def guard_buckets(
+    spec: MultiWayJoinSpec, shape: MultiWayShape, states: list[list[DataFrame]], arity: int
+) -> None:
+    """Fail before joining when a join key's bucket-size product exceeds ``max_rows_per_join_key``.
+
+    ``states`` holds, per state considered (new, old), each input's prepared rows; a key's bucket size
+    for an input is its largest over those states. Only counts are computed (one aggregation per frame).
+    """
+    on = _on_names(arity)
+    sized = []
+    for index in range(len(shape.inputs)):
+        counts = [frames[index].groupBy(*on).agg(F.count(F.lit(1)).alias("n")) for frames in states]
+        size = reduce(lambda a, b: a.unionByName(b), counts).groupBy(*on).agg(F.max("n").alias(f"n{index}"))
+        sized.append(size)
+    products = reduce(lambda a, b: a.join(b, on=on, how="inner"), sized)
+    product = reduce(lambda a, b: a * b, [F.col(f"n{i}").cast("double") for i in range(len(shape.inputs))])
+    worst = products.where(product > F.lit(float(spec.max_rows_per_join_key))).orderBy(product.desc()).first()
+    if worst is None:
+        return
+    key = ", ".join(f"{shape.on[p]}={worst[f'{ON_PREFIX}{p}']!r}" for p in range(arity))
+    sizes = " x ".join(f"{item.name} {worst[f'n{i}']}" for i, item in enumerate(shape.inputs))
+    rows = reduce(lambda a, b: a * b, [int(worst[f"n{i}"]) for i in range(len(shape.inputs))])
+    raise InputDataError(
+        f"join key ({key}) would produce {rows} output rows "
+        f"({sizes}), more than max_rows_per_join_key ({spec.max_rows_per_join_key}): an N:M explosion. Fix "
+        "the data, or raise max_rows_per_join_key if the key really fans out that far; nothing was written."
+    )
+
+
+def check_pkey(
+    spec: MultiWayJoinSpec,
+    shape: MultiWayShape,
+    rows: DataFrame,
+    others: DataFrame | None,
+    warnings: list[str],
+) -> int | None:
+    """Check ``output.pkey`` over ``rows`` (and ``others``, the output rows they join): an InputDataError
+    naming a repeated key and the input that repeats it, or, with ``enforce_pkey: false``, the count of
+    repeated pkey values (None when there is no pkey, or it holds every input's key)."""
+    if not shape.pkey_checked or shape.pkey is None:
+        return None
+    pkey = [quote(c) for c in shape.pkey]
+    candidates = rows.select(*pkey, *[quote(c) for c in shape.identity])
+    if others is not None:
+        candidates = candidates.unionByName(others.select(*pkey, *[quote(c) for c in shape.identity]))
+    repeated = candidates.groupBy(*pkey).agg(F.count(F.lit(1)).alias("_fkjoin_n")).where("_fkjoin_n > 1")
+    if not spec.enforce_pkey:
+        found = repeated.count()
+        if found:
+            warnings.append(
+                f"output.pkey {shape.pkey} is not unique: {found} value(s) repeat among the rows this "
+                "refresh wrote and the output rows sharing their pkey; the output keeps every row "
+                "(its identity is the inputs' keys)"
+            )
+        return found
+    example = repeated.first()
+    if example is None:
+        return None
+    value = {c: example[c] for c in shape.pkey}
+    clash = candidates
+    for column, wanted in value.items():
+        clash = clash.where(F.col(quote(column)).eqNullSafe(F.lit(wanted)))
+    clashing = clash.limit(20).collect()
+    culprits = [
+        item.name
+        for item in shape.inputs
+        if len({tuple(row[hidden] for _, hidden in item.identity) for row in clashing}) > 1
+    ]
+    shown = ", ".join(f"{c}={v!r}" for c, v in value.items())
+    raise InputDataError(
+        f"output.pkey {shape.pkey}: ({shown}) repeats {example['_fkjoin_n']} times; input "
+        f"{' and '.join(repr(c) for c in culprits)} gives it several rows. A pkey must identify one output "
+        f"row: add {culprits[0] if culprits else 'that input'}'s key to pkey, or set enforce_pkey: false to "
+        "keep every row; nothing was written."
+    )
+
+
+# -- the incremental refresh ---------------------------------------------------------------------------
+
+
+def _read_changes(item: MultiWayInput, shape: InputShape, side: JoinInput, after: int) -> InputChanges:
+    """An input's changed keys with their new and old rows (old: None when they cannot be read)."""
+    table, to = side.handle, side.version
+    columns = side.rows.columns
+    if side.changelog is None:
+        found = changed_keys(table, shape.key, after, to, columns)
+        assert found.after is not None and found.before is not None
+        return InputChanges(found, found.after, found.before, found.count)
+    found = changed_keys(table, shape.key, after, to)
+    with feed_errors(table, after, to):
+        events = table.changes(after, to).where(F.col("_change_type") == "insert")
+        cl.check_events(events, side.changelog, table)
+    keys = maybe_broadcast(found.keys, found.count)
+    new_rows = side.rows.join(keys, on=shape.key, how="left_semi").persist()
+    cached = [new_rows]
+    old_rows: DataFrame | None = None
+    try:
+        with feed_errors(table, after, to):
+            # read now: a snapshot whose files were vacuumed fails here, not halfway through the refresh
+            before = cl.latest_state(table.read(after), side.changelog, keep_order=False)
+            old_rows = before.join(keys, on=shape.key, how="left_semi").persist()
+            cached.append(old_rows)
+            old_rows.count()
+    except RebuildRequired:
+        if old_rows is not None:
+            old_rows.unpersist()
+        old_rows = None
+    return InputChanges(found, new_rows, old_rows, found.count, cached)
+
+
+def _incremental(
+    spec: MultiWayJoinSpec,
+    shape: MultiWayShape,
+    sides: dict[str, JoinInput],
+    output: DeltaHandle,
+    plan: RefreshPlan,
+    refresh: RefreshContext,
+) -> dict[str, Any] | str:
+    """The telescoping refresh: its result, or the reason to rebuild when a change feed cannot serve."""
+    changes: dict[str, InputChanges] = {}
+    cached: list[DataFrame] = []
+    net: NetChanges | None = None
+    try:
+        try:
+            for item, input_shape in zip(spec.inputs_, shape.inputs, strict=True):
+                after = plan.from_versions[item.name]
+                assert after is not None
+                if after == sides[item.name].version:
+                    continue
+                changes[item.name] = _read_changes(item, input_shape, sides[item.name], after)
+        except RebuildRequired as unavailable:
+            return str(unavailable)
+        phase("changes_read")
+        gone = [name for name, found in changes.items() if found.old_rows is None]
+        arity = len(shape.on)
+        if gone:
+            old, new, affected = _recompute_changed(spec, shape, sides, output, changes, arity, cached)
+            reason = (
+                f"{plan.reason}; the log of changelog input(s) {gone} cannot be read as of the consumed "
+                "version (vacuumed), so the changed identities were recomputed from the new states and "
+                "diffed against the output"
+            )
+        else:
+            old, new, affected = _telescoped(spec, shape, sides, changes, arity, cached)
+            reason = plan.reason
+        net = net_changes(old, new, shape.identity, shape.value_columns)
+        others = None
+        if shape.pkey_checked:
+            written = net.frame.where(F.col(CHANGE).isin("insert", "update"))
+            others = _output_rows_sharing_pkey(shape, output, written, net.frame)
+            duplicates = check_pkey(spec, shape, written, others, refresh.warnings)
+        else:
+            duplicates = None
+        phase("merge_started")
+        request = refresh.request("incremental", reason)
+        commit = None
+        if refresh.direct_write_possible(True):
+            commit = refresh.commit_net_changes(net, shape.identity, request)
+        if commit is None:
+            commit = merge_output(
+                output, _merge_source(net, shape, cached), shape.identity, shape.value_columns, request
+            )
+    except RebuildRequired as drifted:
+        return str(drifted)
+    finally:
+        if net is not None:
+            net.release()
+        for frame in cached:
+            frame.unpersist()
+        for found in changes.values():
+            found.release()
+    phase("committed")
+    counts: dict[str, Any] = {
+        "inserted": commit.inserted,
+        "updated": commit.updated,
+        "deleted": commit.deleted,
+        "join_keys": affected,
+        "changes": {name: found.changed.change_rows for name, found in changes.items()},
+        "nulls": {name: found.changed.null_keys for name, found in changes.items()},
+    }
+    if duplicates is not None:
+        counts["pkey_duplicates"] = duplicates
+    used = RefreshPlan(plan.mode, reason, plan.from_versions)
+    return refresh.result(used, commit.version, _rows(spec, **counts), write_path=commit.write_path)
+
+
+def _affected_join_keys(
+    shape: MultiWayShape, frames: list[DataFrame], arity: int, cached: list[DataFrame]
+) -> tuple[DataFrame, int]:
+    on = _on_names(arity)
+    keys = reduce(lambda a, b: a.unionByName(b), [frame.select(*on) for frame in frames]).distinct().persist()
+    cached.append(keys)
+    return keys, keys.count()
+
+
+def _tagged(item: InputShape, rows: DataFrame, changed: DataFrame | None, count: int) -> DataFrame:
+    """``rows`` prepared with tag NEW_IMAGE where the key changed in this refresh, else UNCHANGED."""
+    if changed is None or count == 0:
+        return prepared(item, rows, F.lit(UNCHANGED))
+    flag = "_fkjoin_changed"
+    marked = rows.join(maybe_broadcast(changed.withColumn(flag, F.lit(True)), count), on=item.key, how="left")
+    tag = F.when(F.col(flag), F.lit(NEW_IMAGE)).otherwise(F.lit(UNCHANGED))
+    return prepared(item, marked, tag)
+
+
+def _restricted(item: InputShape, side: JoinInput, keys: DataFrame, count: int, arity: int) -> DataFrame:
+    """The input's current rows whose join key is in ``keys`` (the affected join keys)."""
+    rows = _non_null(side, item.key).select("*", *_on_columns(item))
+    return rows.join(maybe_broadcast(keys, count), on=_on_names(arity), how="left_semi").drop(
+        *_on_names(arity)
+    )
+
+
+def _telescoped(
+    spec: MultiWayJoinSpec,
+    shape: MultiWayShape,
+    sides: dict[str, JoinInput],
+    changes: dict[str, InputChanges],
+    arity: int,
+    cached: list[DataFrame],
+) -> tuple[DataFrame, DataFrame, int]:
+    """(old rows, new rows, affected join keys) of the identities this refresh changes, by the
+    telescoping rule (module docstring)."""
+    deltas: dict[str, tuple[DataFrame, DataFrame]] = {}
+    for item in shape.inputs:
+        found = changes.get(item.name)
+        if found is None or found.count == 0:
+            continue
+        assert found.old_rows is not None
+        plus = prepared(item, found.new_rows, F.lit(NEW_IMAGE), F.lit(1))
+        minus = prepared(item, found.old_rows, F.lit(OLD_IMAGE), F.lit(-1))
+        deltas[item.name] = (plus, minus)
+    none = _empty(shape, sides)
+    if not deltas:
+        return none, none, 0
+    keys, affected = _affected_join_keys(
+        shape, [frame for pair in deltas.values() for frame in pair], arity, cached
+    )
+    new_states: list[DataFrame] = []
+    old_states: list[DataFrame] = []
+    for item in shape.inputs:
+        side = sides[item.name]
+        found = changes.get(item.name)
+        current = _restricted(item, side, keys, affected, arity)
+        if found is None or item.name not in deltas:
+            unchanged = prepared(item, current, F.lit(UNCHANGED)).persist()
+            cached.append(unchanged)
+            check_keys(unchanged, [h for _, h in item.identity], side.handle, side.version, count_nulls=False)
+            new_states.append(unchanged)
+            old_states.append(unchanged)
+            continue
+        changed = maybe_broadcast(found.changed.keys, found.count)
+        unchanged = prepared(item, current.join(changed, on=item.key, how="left_anti"), F.lit(UNCHANGED))
+        unchanged = unchanged.persist()
+        cached.append(unchanged)
+        plus, minus = deltas[item.name]
+        new_state = unchanged.unionByName(plus.drop(WEIGHT))
+        check_keys(new_state, [h for _, h in item.identity], side.handle, side.version, count_nulls=False)
+        new_states.append(new_state)
+        old_states.append(unchanged.unionByName(minus.drop(WEIGHT)))
+    guard_buckets(spec, shape, [new_states, old_states], arity)
+    terms = []
+    for index, item in enumerate(shape.inputs):
+        if item.name not in deltas:
+            continue
+        plus, minus = deltas[item.name]
+        frames = [*new_states[:index], plus.unionByName(minus), *old_states[index + 1 :]]
+        # the change first: the join grows from the few changed rows, not from a whole input
+        order = [frames[index], *frames[:index], *frames[index + 1 :]]
+        terms.append(join_all(order, arity))
+    tags = [TAG_PREFIX + item.name for item in shape.inputs]
+    summed = (
+        reduce(lambda a, b: a.unionByName(b), terms)
+        .groupBy(*[quote(c) for c in shape.identity], *tags)
+        .agg(F.sum(WEIGHT).alias(WEIGHT), *[F.any_value(quote(c)).alias(c) for c in shape.value_columns])
+        .where(F.col(WEIGHT) != 0)
+        .persist()
+    )
+    cached.append(summed)
+    columns = [quote(c) for c in shape.identity + shape.value_columns]
+    new = summed.where(F.col(WEIGHT) > 0).select(*columns)
+    old = summed.where(F.col(WEIGHT) < 0).select(*columns)
+    return old, new, affected
+
+
+def _empty(shape: MultiWayShape, sides: dict[str, JoinInput]) -> DataFrame:
+    frames = [prepared(item, sides[item.name].rows.limit(0), F.lit(UNCHANGED)) for item in shape.inputs]
+    return join_all(frames, len(shape.on)).select(*[quote(c) for c in shape.identity + shape.value_columns])
+
+
+def _identity_flags(
+    shape: MultiWayShape, rows: DataFrame, changes: dict[str, InputChanges]
+) -> tuple[DataFrame, Column]:
+    """``rows`` (holding identity columns) flagged where some input's part of the identity changed."""
+    hit = F.lit(False)
+    for item in shape.inputs:
+        found = changes.get(item.name)
+        if found is None or found.count == 0:
+            continue
+        flag = f"_fkjoin_hit_{item.name}"
+        keys = found.changed.keys.select(
+            *[F.col(quote(source)).alias(hidden) for source, hidden in item.identity]
+        ).withColumn(flag, F.lit(True))
+        rows = rows.join(maybe_broadcast(keys, found.count), on=[h for _, h in item.identity], how="left")
+        hit = hit | F.coalesce(F.col(flag), F.lit(False))
+    return rows, hit
+
+
+def _recompute_changed(
+    spec: MultiWayJoinSpec,
+    shape: MultiWayShape,
+    sides: dict[str, JoinInput],
+    output: DeltaHandle,
+    changes: dict[str, InputChanges],
+    arity: int,
+    cached: list[DataFrame],
+) -> tuple[DataFrame, DataFrame, int]:
+    """The fallback when an old snapshot is gone: the output rows holding a changed key (old) and the new
+    join's rows holding one (new), recomputed over the join keys the new images touch."""
+    columns = [quote(c) for c in shape.identity + shape.value_columns]
+    plus = [
+        prepared(item, changes[item.name].new_rows, F.lit(NEW_IMAGE))
+        for item in shape.inputs
+        if item.name in changes
+    ]
+    keys, affected = _affected_join_keys(shape, plus, arity, cached)
+    frames = []
+    for item in shape.inputs:
+        side = sides[item.name]
+        found = changes.get(item.name)
+        current = _restricted(item, side, keys, affected, arity).persist()
+        cached.append(current)
+        check_keys(current, item.key, side.handle, side.version, count_nulls=False)
+        frames.append(
+            _tagged(item, current, found.changed.keys if found else None, found.count if found else 0)
+        )
+    guard_buckets(spec, shape, [frames], arity)
+    joined = join_all(frames, arity)
+    any_new = reduce(
+        lambda a, b: a | b, [F.col(TAG_PREFIX + item.name) == NEW_IMAGE for item in shape.inputs]
+    )
+    new = joined.where(any_new).select(*columns)
+    flagged, hit = _identity_flags(shape, output.read().select(*columns), changes)
+    old = flagged.where(hit).select(*columns)
+    return old, new, affected
+
+
+def _output_rows_sharing_pkey(
+    shape: MultiWayShape, output: DeltaHandle, written: DataFrame, frame: DataFrame
+) -> DataFrame:
+    """The output's rows (pkey and identity) that share a pkey with a row this refresh writes, except the
+    rows this refresh replaces or deletes."""
+    assert shape.pkey is not None
+    pkey = [quote(c) for c in shape.pkey]
+    identity = [quote(c) for c in shape.identity]
+    wanted = written.select(*pkey).distinct()
+    replaced = frame.where(F.col(CHANGE).isin("update", "delete")).select(*identity)
+    return (
+        output.read()
+        .select(*pkey, *identity)
+        .join(F.broadcast(wanted), on=list(shape.pkey), how="left_semi")
+        .join(replaced, on=list(shape.identity), how="left_anti")
+    )
+
+
+def _merge_source(net: NetChanges, shape: MultiWayShape, cached: list[DataFrame]) -> DataFrame:
+    """The MERGE source from net changes: new values (present) and deletes (absent)."""
+    changed = net.frame.where(F.col(CHANGE).isNotNull())
+    source = changed.select(
+        *[quote(c) for c in shape.identity + shape.value_columns],
+        (F.col(CHANGE) != "delete").alias(PRESENT),
+    ).persist()
+    cached.append(source)
+    return maybe_broadcast(source, source.count())
