@@ -5,11 +5,13 @@
     fkjoin run --write-path merge spec.yaml  # write with Delta's MERGE instead of net-change commits
     fkjoin run --spec-json '{...}'       # the spec inline (how the Airflow hook submits it)
     fkjoin status spec.yaml              # versions consumed, lag behind each input, last refresh
+    fkjoin audit spec.yaml               # recompute at the consumed versions, compare; writes nothing
     fkjoin demo                          # a small incremental foreign-key join on local Spark
 
-Exit code 0 on success. On failure the first stderr line is ``error: <Type>: <message>`` (the Airflow
-hook reads it), and the exit code says what to do: 2 for a bad spec or bad input data (fix it; a retry
-cannot help), 75 for a retryable error such as a concurrent refresh, 1 for anything else. An unexpected
+Exit code 0 on success, and 3 for an ``audit`` that found the output differing from the recompute. On
+failure the first stderr line is ``error: <Type>: <message>`` (the Airflow hook reads it), and the exit
+code says what to do: 2 for a bad spec or bad input data (fix it; a retry cannot help), 75 for a
+retryable error such as a concurrent refresh, 1 for anything else. An unexpected
 error is followed by its root cause, which a Spark failure buries under a Py4J wrapper::
 
     error: Py4JJavaError: An error occurred while calling o87.save.
@@ -31,6 +33,7 @@ from typing import Any
 EXIT_ERROR = 1
 EXIT_BAD_INPUT = 2
 EXIT_RETRY = 75
+EXIT_AUDIT_DIFFERS = 3
 #: Lines of a Spark error message shown (a Spark message often has its useful part after line 1).
 MESSAGE_LINES = 20
 #: Lines of the deepest JVM cause's message shown.
@@ -72,6 +75,13 @@ def _cmd_status(args: argparse.Namespace) -> dict[str, Any]:
     return refresh_status(spec, spark=_spark(args))
 
 
+def _cmd_audit(args: argparse.Namespace) -> dict[str, Any]:
+    from airflow_provider_fkjoin.engine import load_spec, run_spec
+
+    spec = load_spec(_spec_arg(args))
+    return run_spec(spec, spark=_spark(args), audit=True, audit_examples=args.examples)
+
+
 def _cmd_demo(args: argparse.Namespace) -> dict[str, Any]:
     from airflow_provider_fkjoin.demo import run_demo
 
@@ -93,6 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     for name, handler, helptext in (
         ("run", _cmd_run, "refresh a spec's output once"),
         ("status", _cmd_status, "show an output's progress and lag"),
+        ("audit", _cmd_audit, "recompute the output at its consumed versions and compare; writes nothing"),
     ):
         sub = commands.add_parser(name, help=helptext)
         sub.add_argument("spec", nargs="?", help="spec file (YAML or JSON)")
@@ -110,6 +121,12 @@ def build_parser() -> argparse.ArgumentParser:
         default="auto",
         help="auto: commit net changes without MERGE where the engine can prove them (default); "
         "merge: always write with Delta's MERGE",
+    )
+    subs[2].add_argument(
+        "--examples",
+        type=int,
+        default=0,
+        help="list up to this many keys of each kind of difference (key values; default 0)",
     )
     demo = commands.add_parser("demo", help="run a small incremental foreign-key join")
     demo.add_argument("--warehouse", default="demo-warehouse", help="folder for the demo's Delta tables")
@@ -269,6 +286,8 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.flush()
         return EXIT_ERROR
     print(json.dumps(result, default=str), flush=True)
+    if result.get("mode") == "audit" and not result.get("consistent", True):
+        return EXIT_AUDIT_DIFFERS
     return 0
 
 

@@ -190,6 +190,23 @@ def _join(left_rows: DataFrame, right_rows: DataFrame, shape: FkJoinShape, how: 
     return joined.select(*shape.projection)
 
 
+def expected_output(
+    spec: ForeignKeyJoinSpec, spark: SparkSession, states: dict[str, TableState]
+) -> tuple[DataFrame, list[str], list[str]]:
+    """The output recomputed from scratch over the inputs at ``states``: (rows, key, value columns).
+    What an audit (:mod:`.audit`) compares the output with."""
+    left = DeltaHandle(spark, spec.left, "left")
+    right = DeltaHandle(spark, spec.right, "right")
+    sides = {
+        "left": read_input(spec.left, left, states["left"]),
+        "right": read_input(spec.right, right, states["right"]),
+    }
+    shape = resolve_shape(spec, left, right, sides["left"].rows, sides["right"].rows)
+    right_rows = sides["right"].rows.where(~key_is_null(shape.right_key))
+    joined = _join(_with_fk(sides["left"].rows, shape), right_rows, shape, spec.how)
+    return joined, shape.left_key, shape.value_columns
+
+
 def run_foreign_key_join(
     spec: ForeignKeyJoinSpec, spark: SparkSession, options: RunOptions, *, identity: Any = None
 ) -> dict[str, Any]:

@@ -52,7 +52,7 @@ from .merge import (
 )
 from .planning import InputState, RebuildRequired, RefreshPlan, schema_columns
 from .spec import GlobalTableBootstrapSpec, SourceRef, quote
-from .tables import DeltaHandle, input_frame, key_is_null, require_columns, table_size_bytes
+from .tables import DeltaHandle, TableState, input_frame, key_is_null, require_columns, table_size_bytes
 from .trace import phase
 
 SIDE = "source"
@@ -75,6 +75,20 @@ def resolve_source(ref: SourceRef, table: DeltaHandle, frame: DataFrame) -> Sour
     names = frame.columns
     require_columns(names, list(ref.key), f"{table.role}.key", table)
     return SourceShape(list(ref.key), [c for c in names if c not in ref.key], None)
+
+
+def expected_output(
+    spec: GlobalTableBootstrapSpec, spark: SparkSession, states: dict[str, TableState]
+) -> tuple[DataFrame, list[str], list[str]]:
+    """The global table recomputed from scratch: the source at ``states`` (for an audit)."""
+    source = DeltaHandle(spark, spec.source, SIDE)
+    source_df = input_frame(source, states[SIDE])
+    shape = resolve_source(spec.source, source, source_df)
+    if shape.changelog is None:
+        rows = source_df.where(~key_is_null(shape.key))
+    else:
+        rows = cl.latest_state(source_df, shape.changelog, keep_order=True)
+    return rows, shape.key, shape.value_columns
 
 
 def _rows(

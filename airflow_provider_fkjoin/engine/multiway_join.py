@@ -222,6 +222,21 @@ class OldSnapshotGone(RebuildRequired):
     """A changelog input's log cannot be read as of its consumed version (the reason is the message)."""
 
 
+def expected_output(
+    spec: MultiWayJoinSpec, spark: SparkSession, states: dict[str, TableState]
+) -> tuple[DataFrame, list[str], list[str]]:
+    """The join recomputed from scratch over the inputs at ``states`` (for an audit)."""
+    refs = spec.inputs()
+    handles = {name: DeltaHandle(spark, ref, name) for name, ref in refs.items()}
+    sides = {name: read_input(refs[name], handles[name], states[name]) for name in refs}
+    shape = resolve_shape(spec, {name: side.rows for name, side in sides.items()}, handles)
+    frames = [
+        prepared(item, _non_null(sides[item.name], item.key), F.lit(UNCHANGED)) for item in shape.inputs
+    ]
+    joined = join_all(frames, len(shape.on)).select(*[quote(c) for c in shape.identity + shape.value_columns])
+    return joined, shape.identity, shape.value_columns
+
+
 def run_multiway_join(spec: MultiWayJoinSpec, spark: SparkSession, options: RunOptions) -> dict[str, Any]:
     """Refresh a ``multiway_join`` once (see the module docstring)."""
     started = time.monotonic()

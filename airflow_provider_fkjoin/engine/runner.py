@@ -8,6 +8,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
+from .audit import audit_output
 from .commit_log import read_progress
 from .errors import SpecError
 from .expressions import row_errors
@@ -42,6 +43,8 @@ def run_spec(
     *,
     full_refresh: bool = False,
     write_path: str = "auto",
+    audit: bool = False,
+    audit_examples: int = 0,
 ) -> dict[str, Any]:
     """Refresh a spec's output once and return the JSON-serialisable result dict (see DESIGN.md).
 
@@ -54,11 +57,17 @@ def run_spec(
     'incremental'
     >>> run_spec("specs/orders_enriched.yaml", full_refresh=True)["mode"]
     'full'
+
+    ``audit=True`` writes nothing: it recomputes the output from scratch at the versions it consumed and
+    reports rows missing, extra and different (:mod:`.audit`; ``audit_examples`` keys of each).
     """
     if write_path not in WRITE_PATHS:
         raise SpecError(f"write_path must be one of {', '.join(WRITE_PATHS)}, not {write_path!r}")
     loaded = load_spec(spec)
     session = spark or get_spark()
+    if audit:
+        with row_errors(spec_expressions(loaded)):
+            return audit_output(loaded, session, examples=audit_examples)
     options = RunOptions(
         ownership=check_ownership(session, loaded), full_refresh=full_refresh, write_path=write_path
     )

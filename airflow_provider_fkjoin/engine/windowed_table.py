@@ -36,6 +36,7 @@ from .changes import ChangedKeys, check_keys, maybe_broadcast
 from .errors import SpecError
 from .expressions import check_expressions, schema_probe
 from .fk_join import JoinInput, read_changes, read_input, run_foreign_key_join
+from .fk_join import expected_output as fk_expected_output
 from .merge import PRESENT, RunOptions, begin_refresh, merge_output, write_full_output
 from .planning import InputState, RebuildRequired, RefreshPlan, schema_columns
 from .spec import ForeignKeyJoinSpec, WindowedTableJoinSpec, WindowedTableRef, quote
@@ -52,6 +53,20 @@ def run_windowed_table_join(
     if spec.how in ("inner", "left"):
         return run_foreign_key_join(foreign_key_form(spec, spark), spark, options, identity=spec)
     return _run_outer(spec, spark, options)
+
+
+def expected_output(
+    spec: WindowedTableJoinSpec, spark: SparkSession, states: dict[str, TableState]
+) -> tuple[DataFrame, list[str], list[str]]:
+    """The output recomputed from scratch over the inputs at ``states`` (for an audit)."""
+    if spec.how in ("inner", "left"):
+        return fk_expected_output(foreign_key_form(spec, spark), spark, states)
+    handles = {side: DeltaHandle(spark, getattr(spec, side), side) for side in SIDES}
+    sides = {side: read_input(getattr(spec, side), handles[side], states[side]) for side in SIDES}
+    shape = OuterShape(spec, sides, spark)
+    left_rows = sides["left"].rows.where(~key_is_null(shape.key))
+    right_rows = sides["right"].rows.where(~key_is_null(shape.right_key))
+    return shape.join(left_rows, right_rows), shape.key, shape.value_columns
 
 
 def _window_types(spec: WindowedTableJoinSpec, spark: SparkSession) -> dict[str, T.DataType]:

@@ -1,0 +1,304 @@
+"""Property: any changes to 2 to 4 inputs of a ``multiway_join``, refreshed at any points, keep the output
+equal to the N-way join recomputed from scratch (``multiway_model``) at the refresh's pinned versions, with
+one net change per changed identity in the output's change feed.
+
+Hypothesis draws tiny worlds: inputs ``a``..``d`` with primary keys 0..3 and one join key over a shared
+domain {0, 1, 2, null}, so 1:1, 1:N and N:M buckets all happen and null join keys never match. Input ``a``
+names its join column ``a_k`` and renames it (to ``k``, merging it with the other inputs' ``k``, or to a
+column of its own) and renames a value column; input ``b`` drops fields (its join key, its primary key or a
+value) with ``exclude_fields``; ``c`` and ``d`` may drop one. The changes (inserts, updates of values or
+of the join key alone, deletes, identical rewrites, and a row changing together with its partner in another
+input: both inserted, both updated, or one deleted while the other changes) are cut into 1 to 4 refreshes
+after the first (full) one. Each refresh's input changes are batched: per input at most one DELETE and one
+MERGE, so a key can be deleted and re-inserted within one refresh.
+
+Every refresh is checked by ``test_multiway.World.refresh`` (output = model, clean change feed, result
+counts = change feed) and here: the mode, one output commit per refresh, the pinned versions are the
+inputs' latest and hold what the model joined, and the result's counts equal the model's own diff between
+the previous refresh and this one.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers import read_table, table_version
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+from multiway_model import Row
+from pyspark.sql import SparkSession
+from test_multiway import World
+
+pytestmark = pytest.mark.slow
+
+NAMES = "abcd"
+KEYS = [0, 1, 2, 3]  # primary keys of every input
+JOIN_KEYS = [0, 1, 2, 0, 1, 2, None]  # the shared join-key domain (a null one time in seven)
+VALUES = [0, 1, 2]  # small, so identical rewrites happen
+TAGS = ["x", "y"]
+#: Examples per run: each builds its own Delta tables and runs 2 to 5 refreshes (a few minutes in all).
+EXAMPLES = int(os.environ.get("FKJOIN_PROPERTY_EXAMPLES", "6"))
+
+
+# ------------------------------------------------------------------------------------------- the world
+
+
+def join_column(name: str) -> str:
+    """Input ``a`` joins on ``a_k`` (renamed by an alias); every other input on ``k``."""
+    return "a_k" if name == "a" else "k"
+
+
+def schema(name: str) -> str:
+    return f"{name}_id INT, {join_column(name)} INT, {name}_v INT, {name}_s STRING"
+
+
+def make_row(name: str, key: int, jk: int | None, v: int, s: str) -> Row:
+    return {f"{name}_id": key, join_column(name): jk, f"{name}_v": v, f"{name}_s": s}
+
+
+def spec_inputs(plan: dict[str, Any]) -> list[dict[str, Any]]:
+    """The spec's inputs (without paths): ``a`` with aliases, ``b`` with exclude_fields, ``c``/``d`` maybe."""
+    inputs = []
+    for name in NAMES[: plan["inputs"]]:
+        item: dict[str, Any] = {"name": name, "key": [f"{name}_id"], "join_keys": [join_column(name)]}
+        if name == "a":
+            item["aliases"] = [{"from": "a_k", "to": plan["a_join_alias"]}, {"from": "a_v", "to": "a_value"}]
+        elif name == "b":
+            item["exclude_fields"] = list(plan["b_excluded"])
+        elif name in plan["excluded"]:
+            item["exclude_fields"] = [f"{name}_s"]
+        inputs.append(item)
+    return inputs
+
+
+def model_at(spark: SparkSession, world: World, versions: dict[str, int]) -> dict[tuple, Row]:
+    """The model's join of the inputs as Delta holds them at ``versions`` (read back, not the mirror)."""
+    tables: dict[str, list[Row]] = {}
+    columns: dict[str, list[str]] = {}
+    for name, version in versions.items():
+        tables[name], columns[name] = read_table(spark, world.path(name), version)
+    return world.model().join(tables, columns)
+
+
+def net_counts(before: dict[tuple, Row], after: dict[tuple, Row]) -> dict[str, int]:
+    """The net change between two model states, by identity."""
+    return {
+        "inserted": len(after.keys() - before.keys()),
+        "updated": sum(1 for k in after.keys() & before.keys() if after[k] != before[k]),
+        "deleted": len(before.keys() - after.keys()),
+    }
+
+
+# ----------------------------------------------------------------------------------------- the changes
+
+
+def apply_changes(world: World, ops: list[dict[str, Any]]) -> bool:
+    """Apply one refresh's ops: first in Python, then per input one DELETE (keys that existed before and
+    were deleted, re-inserted or not) and one MERGE (keys upserted that are present at the end). Returns
+    whether any Delta commit was made.
+
+    ``move``, ``touch``, ``delete`` and the partner ops act on an existing row: their ``key`` indexes the
+    input's present keys (modulo their number), and they do nothing when the input is empty.
+    """
+    staged = {name: dict(rows) for name, rows in world.tables.items()}
+    upserted: dict[str, set[tuple]] = {name: set() for name in staged}
+    deleted: dict[str, set[tuple]] = {name: set() for name in staged}
+
+    def existing(name: str, index: int) -> Row | None:
+        present = sorted(staged[name])
+        return staged[name][present[index % len(present)]] if present else None
+
+    def put(name: str, key: int, jk: int | None, v: int, s: str) -> None:
+        staged[name][(key,)] = make_row(name, key, jk, v, s)
+        upserted[name].add((key,))
+
+    def drop(name: str, row: Row) -> None:
+        key = (row[f"{name}_id"],)
+        staged[name].pop(key)
+        deleted[name].add(key)
+
+    def jk_of(name: str, row: Row) -> int | None:
+        return row[join_column(name)]
+
+    def change_partner(row_name: str, jk: int | None, name: str, op: dict[str, Any]) -> None:
+        """The partner of a row with join key ``jk`` in input ``name`` changes: a present one (same join
+        key) gets new values, else one is inserted with that join key."""
+        partners = sorted(
+            (k for k, r in staged[name].items() if jk is not None and jk_of(name, r) == jk), key=repr
+        )
+        if partners:
+            partner = staged[name][partners[op["partner_key"] % len(partners)]]
+            put(name, partner[f"{name}_id"], jk, op["v"], op["s"])
+        else:
+            put(name, op["partner_key"], jk, op["v"], op["s"])
+
+    for op in ops:
+        kind = op["op"]
+        if kind == "upsert":  # an insert, or an update of values and join key
+            put(op["input"], op["key"], op["jk"], op["v"], op["s"])
+            continue
+        if kind == "pair":  # a row and its partner inserted or updated together, onto one join key
+            first, second = op["inputs"]
+            put(first, op["key"], op["jk"], op["v"], op["s"])
+            put(second, op["partner_key"], op["jk"], op["v"], op["s"])
+            continue
+        name = op["input"] if "input" in op else op["inputs"][0]
+        row = existing(name, op["key"])
+        if row is None:
+            continue
+        key, jk, v, s = row[f"{name}_id"], jk_of(name, row), row[f"{name}_v"], row[f"{name}_s"]
+        if kind == "move":  # the join key only
+            put(name, key, op["jk"], v, s)
+        elif kind == "touch":  # the values only (fans out to every output row of the row)
+            put(name, key, jk, op["v"], op["s"])
+        elif kind == "delete":
+            drop(name, row)
+        elif kind == "touch_pair":  # a joined row and its partner both change values
+            put(name, key, jk, op["v"], op["s"])
+            change_partner(name, jk, op["inputs"][1], op)
+        elif kind == "delete_with_partner":  # a row deleted while its partner changes
+            drop(name, row)
+            change_partner(name, jk, op["inputs"][1], op)
+        else:
+            raise AssertionError(f"unknown op {op}")
+
+    committed = False
+    for name in staged:
+        gone = sorted(k[0] for k in deleted[name] if k in world.tables[name])
+        written = [staged[name][k] for k in sorted(upserted[name]) if k in staged[name]]
+        if gone:
+            world.delete(name, gone)
+            committed = True
+        if written:
+            world.upsert(name, written)
+            committed = True
+    assert world.tables == staged, "the batched commits must leave the staged state"
+    return committed
+
+
+# ------------------------------------------------------------------------------------------ strategies
+
+keys = st.sampled_from(KEYS)
+join_keys = st.sampled_from(JOIN_KEYS)
+values = st.sampled_from(VALUES)
+tags = st.sampled_from(TAGS)
+
+
+def ops_for(names: str) -> st.SearchStrategy[dict[str, Any]]:
+    one = st.sampled_from(list(names))
+    two = st.lists(st.sampled_from(list(names)), min_size=2, max_size=2, unique=True).map(tuple)
+
+    def op(kind: str, **fields: st.SearchStrategy[Any]) -> st.SearchStrategy[dict[str, Any]]:
+        return st.fixed_dictionaries({"op": st.just(kind), **fields})
+
+    return st.one_of(
+        op("upsert", input=one, key=keys, jk=join_keys, v=values, s=tags),
+        op("move", input=one, key=keys, jk=join_keys),
+        op("touch", input=one, key=keys, v=values, s=tags),
+        op("delete", input=one, key=keys),
+        op("pair", inputs=two, key=keys, partner_key=keys, jk=join_keys, v=values, s=tags),
+        op("touch_pair", inputs=two, key=keys, partner_key=keys, v=values, s=tags),
+        op("delete_with_partner", inputs=two, key=keys, partner_key=keys, v=values, s=tags),
+    )
+
+
+@st.composite
+def plans(draw: st.DrawFn) -> dict[str, Any]:
+    count = draw(st.integers(2, 4))
+    names = NAMES[:count]
+    cells = st.tuples(join_keys, values, tags)
+    return {
+        "inputs": count,
+        "a_join_alias": draw(st.sampled_from(["k", "a_join"])),
+        "b_excluded": draw(
+            st.lists(st.sampled_from(["b_s", "k", "b_id"]), min_size=1, max_size=2, unique=True)
+        ),
+        "excluded": [name for name in names[2:] if draw(st.booleans())],
+        "write_path": draw(st.sampled_from(["auto", "merge"])),
+        "initial": {name: draw(st.dictionaries(keys, cells, max_size=4)) for name in names},
+        "refreshes": draw(st.lists(st.lists(ops_for(names), min_size=1, max_size=4), min_size=1, max_size=4)),
+    }
+
+
+# ------------------------------------------------------------------------------------------------ test
+
+DOUBLE_COUNT_TRAPS = {
+    "inputs": 4,
+    "a_join_alias": "k",
+    "b_excluded": ["k", "b_s"],
+    "excluded": ["d"],
+    "write_path": "auto",
+    "initial": {
+        "a": {0: (0, 0, "x"), 1: (1, 1, "y"), 2: (None, 0, "x")},
+        "b": {0: (0, 0, "x"), 1: (0, 1, "x"), 2: (1, 0, "y")},
+        "c": {0: (0, 0, "x"), 1: (0, 1, "y"), 2: (2, 0, "x")},
+        "d": {0: (0, 0, "x"), 1: (1, 0, "x"), 2: (0, 2, "y")},
+    },
+    "refreshes": [
+        [  # a joined row and its partner both change; a join-key move; a null join key
+            {"op": "touch_pair", "inputs": ("a", "b"), "key": 0, "partner_key": 1, "v": 2, "s": "y"},
+            {"op": "move", "input": "c", "key": 2, "jk": 1},
+            {"op": "upsert", "input": "b", "key": 3, "jk": None, "v": 1, "s": "x"},
+        ],
+        [  # a delete and its partner's update; an insert with its partners; delete + re-insert of a key
+            {"op": "delete_with_partner", "inputs": ("d", "c"), "key": 0, "partner_key": 0, "v": 1, "s": "x"},
+            {"op": "pair", "inputs": ("a", "d"), "key": 3, "partner_key": 3, "jk": 2, "v": 0, "s": "x"},
+            {"op": "pair", "inputs": ("b", "c"), "key": 3, "partner_key": 3, "jk": 2, "v": 0, "s": "y"},
+            {"op": "delete", "input": "a", "key": 1},
+            {"op": "upsert", "input": "a", "key": 1, "jk": 0, "v": 1, "s": "y"},
+        ],
+    ],
+}
+
+
+@settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(plan=plans())
+@example(plan=DOUBLE_COUNT_TRAPS).via("four inputs, partners changing together, N:M buckets")
+def test_refreshes_equal_the_model_recomputed(
+    spark: SparkSession, tmp_path_factory: pytest.TempPathFactory, plan: dict[str, Any]
+) -> None:
+    names = NAMES[: plan["inputs"]]
+    root: Path = tmp_path_factory.mktemp("multiway_prop")
+    rows = {
+        name: [make_row(name, k, jk, v, s) for k, (jk, v, s) in plan["initial"][name].items()]
+        for name in names
+    }
+    world = World.create(spark, root, spec_inputs(plan), {n: schema(n) for n in names}, rows)
+    previous: dict[tuple, Row] = {}
+
+    def refresh(want_mode: str) -> None:
+        nonlocal previous
+        before = world.versions[-1] if world.versions else None
+        result = world.refresh(write_path=plan["write_path"])  # output = model, clean change feed
+        shown = f"{result['mode']} ({result['reason']}), warnings {result['warnings']}"
+        assert result["mode"] == want_mode, f"expected a {want_mode} refresh, got {shown}"
+        latest = {name: table_version(spark, world.path(name)) for name in names}
+        pinned = {name: result["inputs"][name]["to_version"] for name in names}
+        assert pinned == latest, "a refresh pins every input at its latest version"
+        now = world.expected()
+        assert model_at(spark, world, pinned) == now, (
+            "the inputs at the pinned versions are what the model joined"
+        )
+        output = world.versions[-1]
+        assert result["output"]["version"] == output
+        if want_mode == "incremental":
+            assert output == before + 1, "an incremental refresh is one output commit"
+            path = "merge" if plan["write_path"] == "merge" else "net_changes"
+            assert result["write_path"] == path, shown
+        elif want_mode == "noop":
+            assert output == before
+        counts = {kind: result["rows"][kind] for kind in ("inserted", "updated", "deleted")}
+        assert counts == net_counts(previous, now), f"result counts vs the model's diff; {shown}"
+        previous = now
+
+    refresh("full")
+    for ops in plan["refreshes"]:
+        committed = apply_changes(world, ops)
+        refresh("incremental" if committed else "noop")
