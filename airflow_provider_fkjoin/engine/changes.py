@@ -180,6 +180,22 @@ def _changed_keys(
     return ChangedKeys(keys, count, change_rows, null_keys, grouped, images, last_images)
 
 
+def cut_lineage(frame: DataFrame) -> DataFrame:
+    """``frame`` computed now and kept (memory, spilling to disk) behind a plan of one scan.
+
+    A refresh that builds frames on cached frames nests their plans, and Spark renders every nested
+    plan each time it describes a query: in a four-input ``multiway_join`` refresh each input's change
+    feed appears in every telescoping term, and the description of the write reached 132 MB of text and
+    ran the driver out of heap. A local checkpoint keeps the rows as ``persist`` does but ends the
+    lineage, so later plans stay small. Its blocks go when the frame is garbage-collected (Spark's
+    ContextCleaner; Spark Connect releases the relation likewise); a lost executor fails the refresh,
+    which then commits nothing and is retried.
+
+    >>> keys = cut_lineage(changes.select("k").distinct())  # doctest: +SKIP
+    """
+    return frame.localCheckpoint(eager=True, storageLevel=StorageLevel.MEMORY_AND_DISK)
+
+
 def maybe_broadcast(frame: DataFrame, rows: int) -> DataFrame:
     """Broadcast a small side so the big table is scanned once, without a shuffle."""
     return F.broadcast(frame) if rows <= BROADCAST_LIMIT_ROWS else frame

@@ -47,7 +47,7 @@ from pyspark.sql import types as T
 
 from . import changelog as cl
 from .change_writer import CHANGE, NetChanges, net_changes
-from .changes import ChangedKeys, changed_keys, check_keys, feed_errors, maybe_broadcast
+from .changes import ChangedKeys, changed_keys, check_keys, cut_lineage, feed_errors, maybe_broadcast
 from .errors import InputDataError, SpecError
 from .fk_join import JoinInput, read_input
 from .merge import PRESENT, RefreshContext, RunOptions, begin_refresh, merge_output, write_full_output
@@ -490,7 +490,7 @@ def _incremental(
                 "diffed against the output"
             )
         else:
-            old, new, affected = _telescoped(spec, shape, sides, changes, arity, cached)
+            old, new, affected = _telescoped(spec, shape, sides, changes, arity)
             reason = plan.reason
         net = net_changes(old, new, shape.identity, shape.value_columns)
         others = None
@@ -533,12 +533,11 @@ def _incremental(
     return refresh.result(used, commit.version, _rows(spec, **counts), write_path=commit.write_path)
 
 
-def _affected_join_keys(
-    shape: MultiWayShape, frames: list[DataFrame], arity: int, cached: list[DataFrame]
-) -> tuple[DataFrame, int]:
+def _affected_join_keys(frames: list[DataFrame], arity: int) -> tuple[DataFrame, int]:
     on = _on_names(arity)
-    keys = reduce(lambda a, b: a.unionByName(b), [frame.select(*on) for frame in frames]).distinct().persist()
-    cached.append(keys)
+    keys = cut_lineage(
+        reduce(lambda a, b: a.unionByName(b), [frame.select(*on) for frame in frames]).distinct()
+    )
     return keys, keys.count()
 
 
@@ -566,11 +565,12 @@ def _telescoped(
     sides: dict[str, JoinInput],
     changes: dict[str, InputChanges],
     arity: int,
-    cached: list[DataFrame],
 ) -> tuple[DataFrame, DataFrame, int]:
     """(old rows, new rows, affected join keys) of the identities this refresh changes, by the
     telescoping rule (module docstring)."""
-    deltas: dict[str, tuple[DataFrame, DataFrame]] = {}
+    # one frame per changed input: its new rows (weight +1) and old rows (weight -1), cut from the
+    # change feed's plan so the N terms below do not each carry it
+    deltas: dict[str, DataFrame] = {}
     for item in shape.inputs:
         found = changes.get(item.name)
         if found is None or found.count == 0:
@@ -578,42 +578,36 @@ def _telescoped(
         assert found.old_rows is not None
         plus = prepared(item, found.new_rows, F.lit(NEW_IMAGE), F.lit(1))
         minus = prepared(item, found.old_rows, F.lit(OLD_IMAGE), F.lit(-1))
-        deltas[item.name] = (plus, minus)
+        deltas[item.name] = cut_lineage(plus.unionByName(minus))
     none = _empty(shape, sides)
     if not deltas:
         return none, none, 0
-    keys, affected = _affected_join_keys(
-        shape, [frame for pair in deltas.values() for frame in pair], arity, cached
-    )
+    keys, affected = _affected_join_keys(list(deltas.values()), arity)
     new_states: list[DataFrame] = []
     old_states: list[DataFrame] = []
     for item in shape.inputs:
         side = sides[item.name]
-        found = changes.get(item.name)
         current = _restricted(item, side, keys, affected, arity)
-        if found is None or item.name not in deltas:
-            unchanged = prepared(item, current, F.lit(UNCHANGED)).persist()
-            cached.append(unchanged)
-            check_keys(unchanged, [h for _, h in item.identity], side.handle, side.version, count_nulls=False)
-            new_states.append(unchanged)
-            old_states.append(unchanged)
-            continue
-        changed = maybe_broadcast(found.changed.keys, found.count)
-        unchanged = prepared(item, current.join(changed, on=item.key, how="left_anti"), F.lit(UNCHANGED))
-        unchanged = unchanged.persist()
-        cached.append(unchanged)
-        plus, minus = deltas[item.name]
-        new_state = unchanged.unionByName(plus.drop(WEIGHT))
+        delta = deltas.get(item.name)
+        if delta is not None:
+            found = changes[item.name]
+            changed = maybe_broadcast(found.changed.keys, found.count)
+            current = current.join(changed, on=item.key, how="left_anti")
+        unchanged = cut_lineage(prepared(item, current, F.lit(UNCHANGED)))
+        if delta is None:
+            new_state = old_state = unchanged
+        else:
+            new_state = unchanged.unionByName(delta.where(F.col(WEIGHT) > 0).drop(WEIGHT))
+            old_state = unchanged.unionByName(delta.where(F.col(WEIGHT) < 0).drop(WEIGHT))
         check_keys(new_state, [h for _, h in item.identity], side.handle, side.version, count_nulls=False)
         new_states.append(new_state)
-        old_states.append(unchanged.unionByName(minus.drop(WEIGHT)))
+        old_states.append(old_state)
     guard_buckets(spec, shape, [new_states, old_states], arity)
     terms = []
     for index, item in enumerate(shape.inputs):
         if item.name not in deltas:
             continue
-        plus, minus = deltas[item.name]
-        frames = [*new_states[:index], plus.unionByName(minus), *old_states[index + 1 :]]
+        frames = [*new_states[:index], deltas[item.name], *old_states[index + 1 :]]
         # the change first: the join grows from the few changed rows, not from a whole input
         order = [frames[index], *frames[:index], *frames[index + 1 :]]
         terms.append(join_all(order, arity))
@@ -623,9 +617,8 @@ def _telescoped(
         .groupBy(*[quote(c) for c in shape.identity], *tags)
         .agg(F.sum(WEIGHT).alias(WEIGHT), *[F.any_value(quote(c)).alias(c) for c in shape.value_columns])
         .where(F.col(WEIGHT) != 0)
-        .persist()
     )
-    cached.append(summed)
+    summed = cut_lineage(summed)
     columns = [quote(c) for c in shape.identity + shape.value_columns]
     new = summed.where(F.col(WEIGHT) > 0).select(*columns)
     old = summed.where(F.col(WEIGHT) < 0).select(*columns)
@@ -672,7 +665,7 @@ def _recompute_changed(
         for item in shape.inputs
         if item.name in changes
     ]
-    keys, affected = _affected_join_keys(shape, plus, arity, cached)
+    keys, affected = _affected_join_keys(plus, arity)
     frames = []
     for item in shape.inputs:
         side = sides[item.name]
