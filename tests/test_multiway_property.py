@@ -218,7 +218,7 @@ def plans(draw: st.DrawFn) -> dict[str, Any]:
         ),
         "excluded": [name for name in names[2:] if draw(st.booleans())],
         "write_path": draw(st.sampled_from(["auto", "merge"])),
-        "initial": {name: draw(st.dictionaries(keys, cells, max_size=4)) for name in names},
+        "initial": {name: draw(st.dictionaries(keys, cells, min_size=2, max_size=4)) for name in names},
         "refreshes": draw(st.lists(st.lists(ops_for(names), min_size=1, max_size=4), min_size=1, max_size=4)),
     }
 
