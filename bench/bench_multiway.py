@@ -155,7 +155,11 @@ def main(argv: list[str] | None = None) -> int:
         refresh_s = round(ended - began, 2)
         phases, previous = {}, began
         for name, at in marks:
-            phases[name] = round(at - previous, 2)
+            # a phase traced more than once (a ``compacting`` per attempt) keeps each duration
+            label = (
+                name if name not in phases else f"{name}#{sum(k.split('#')[0] == name for k in phases) + 1}"
+            )
+            phases[label] = round(at - previous, 2)
             previous = at
         recompute_s = recompute()
         counts = {k: result["rows"][k] for k in ("inserted", "updated", "deleted", "join_keys_affected")}

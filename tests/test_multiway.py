@@ -293,6 +293,38 @@ def test_pkey_enforced_names_the_input_that_repeats_it(spark: SparkSession, tmp_
     assert result["rows"]["pkey_duplicates"] == 2 and any("not unique" in w for w in result["warnings"])
 
 
+def test_pkey_repeated_by_an_update_or_beside_a_kept_row(spark: SparkSession, tmp_path: Path) -> None:
+    """An update that changes a row's pkey to another row's, and an insert whose pkey a row updated in the
+    same refresh keeps, are both repeats; updates keeping their pkey alone are not."""
+    world = yelp_world(
+        spark, tmp_path, output={"path": str(tmp_path / "out"), "pkey": ["review_id", "owner_name"]}
+    )
+    world.refresh()
+    world.upsert("owner", [{"owner_id": 101, "business_id": 1, "owner_name": "Ann"}])  # Bob becomes Ann
+    with pytest.raises(InputDataError, match=r"review_id=1[01], owner_name='Ann'.*'owner'"):
+        run_spec(world.spec, spark=spark)
+    world.upsert("owner", [{"owner_id": 101, "business_id": 1, "owner_name": "Bob"}])
+    world.upsert("business", [{"business_id": 1, "name": "Cafe Nova", "city": "SF"}])  # keeps pkeys
+    assert world.refresh()["rows"]["updated"] == 4
+    world.upsert("business", [{"business_id": 1, "name": "Cafe", "city": "SF"}])
+    world.upsert("owner", [{"owner_id": 104, "business_id": 1, "owner_name": "Ann"}])  # beside owner 100
+    with pytest.raises(InputDataError, match=r"review_id=1[01], owner_name='Ann'.*'owner'"):
+        run_spec(world.spec, spark=spark)
+
+
+def test_a_key_repeated_by_an_append_fails_the_refresh(spark: SparkSession, tmp_path: Path) -> None:
+    """An append of an existing key (on another join key) leaves the input repeating it: the refresh
+    fails as a full run would, naming the input's key, and writes nothing."""
+    world = yelp_world(spark, tmp_path)
+    world.refresh()
+    before = table_version(spark, str(tmp_path / "out"))
+    repeat = spark.createDataFrame([(100, 2, "Ann again")], OWNER)
+    repeat.write.format("delta").mode("append").save(world.path("owner"))
+    with pytest.raises(InputDataError, match=r"owner.*duplicate keys.*\['owner_id'\].*owner_id=100"):
+        run_spec(world.spec, spark=spark)
+    assert table_version(spark, str(tmp_path / "out")) == before
+
+
 def test_many_to_many_guard(spark: SparkSession, tmp_path: Path) -> None:
     world = yelp_world(spark, tmp_path, max_rows_per_join_key=4)
     world.refresh()

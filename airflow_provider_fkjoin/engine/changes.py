@@ -180,7 +180,7 @@ def _changed_keys(
     return ChangedKeys(keys, count, change_rows, null_keys, grouped, images, last_images)
 
 
-def cut_lineage(frame: DataFrame) -> DataFrame:
+def cut_lineage(frame: DataFrame, *, eager: bool = True) -> DataFrame:
     """``frame`` computed now and kept (memory, spilling to disk) behind a plan of one scan.
 
     A refresh that builds frames on cached frames nests their plans, and Spark renders every nested
@@ -189,11 +189,12 @@ def cut_lineage(frame: DataFrame) -> DataFrame:
     ran the driver out of heap. A local checkpoint keeps the rows as ``persist`` does but ends the
     lineage, so later plans stay small. Its blocks go when the frame is garbage-collected (Spark's
     ContextCleaner; Spark Connect releases the relation likewise); a lost executor fails the refresh,
-    which then commits nothing and is retried.
+    which then commits nothing and is retried. With ``eager=False`` the rows are computed and kept by the
+    first job that reads the frame (a count or a check), saving a job.
 
     >>> keys = cut_lineage(changes.select("k").distinct())  # doctest: +SKIP
     """
-    return frame.localCheckpoint(eager=True, storageLevel=StorageLevel.MEMORY_AND_DISK)
+    return frame.localCheckpoint(eager=eager, storageLevel=StorageLevel.MEMORY_AND_DISK)
 
 
 def maybe_broadcast(frame: DataFrame, rows: int) -> DataFrame:

@@ -46,7 +46,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from . import changelog as cl
-from .change_writer import CHANGE, NetChanges, net_changes
+from .change_writer import CHANGE, PRE_IMAGE, NetChanges, net_changes
 from .changes import ChangedKeys, changed_keys, check_keys, cut_lineage, feed_errors, maybe_broadcast
 from .errors import InputDataError, SpecError
 from .fk_join import JoinInput, read_input
@@ -494,12 +494,14 @@ def _incremental(
             reason = plan.reason
         net = net_changes(old, new, shape.identity, shape.value_columns)
         others = None
+        duplicates = None
         if shape.pkey_checked:
-            written = net.frame.where(F.col(CHANGE).isin("insert", "update"))
-            others = _output_rows_sharing_pkey(shape, output, written, net.frame)
-            duplicates = check_pkey(spec, shape, written, others, refresh.warnings)
-        else:
-            duplicates = None
+            written = _rows_to_check_pkey(spec, shape, net.frame)
+            if written.isEmpty():
+                duplicates = None if spec.enforce_pkey else 0
+            else:
+                others = _output_rows_sharing_pkey(shape, output, written, net.frame)
+                duplicates = check_pkey(spec, shape, written, others, refresh.warnings)
         phase("merge_started")
         request = refresh.request("incremental", reason)
         commit = None
@@ -535,9 +537,8 @@ def _incremental(
 
 def _affected_join_keys(frames: list[DataFrame], arity: int) -> tuple[DataFrame, int]:
     on = _on_names(arity)
-    keys = cut_lineage(
-        reduce(lambda a, b: a.unionByName(b), [frame.select(*on) for frame in frames]).distinct()
-    )
+    keys = reduce(lambda a, b: a.unionByName(b), [frame.select(*on) for frame in frames]).distinct()
+    keys = cut_lineage(keys, eager=False)
     return keys, keys.count()
 
 
@@ -559,6 +560,36 @@ def _restricted(item: InputShape, side: JoinInput, keys: DataFrame, count: int, 
     )
 
 
+def _check_identity(item: InputShape, side: JoinInput, state: DataFrame) -> None:
+    """check_keys over a prepared state, naming the input's key columns (not the hidden identity)."""
+    keys = state.select(*[F.col(quote(hidden)).alias(source) for source, hidden in item.identity])
+    check_keys(keys, item.key, side.handle, side.version, count_nulls=False)
+
+
+def _changed_state(
+    item: InputShape, side: JoinInput, keys: DataFrame, affected: int, arity: int, found: InputChanges
+) -> DataFrame:
+    """A changed input's rows in its pinned snapshot, prepared and tagged NEW_IMAGE where the key changed:
+    those on an affected join key (``keys``), and every row of a changed key, so that a key this
+    refresh's commits repeat (an append of an existing key) fails check_keys as it would in a full run,
+    whatever the repeat's join key."""
+    on = _on_names(arity)
+    hit, changed = "_fkjoin_affected", "_fkjoin_changed"
+    rows = (
+        _non_null(side, item.key)
+        .select("*", *_on_columns(item))
+        .join(maybe_broadcast(keys.withColumn(hit, F.lit(True)), affected), on=on, how="left")
+        .join(
+            maybe_broadcast(found.changed.keys.withColumn(changed, F.lit(True)), found.count),
+            on=item.key,
+            how="left",
+        )
+        .where(F.col(hit).isNotNull() | F.col(changed).isNotNull())
+    )
+    tag = F.when(F.col(changed).isNotNull(), F.lit(NEW_IMAGE)).otherwise(F.lit(UNCHANGED))
+    return prepared(item, rows.drop(*on), tag)
+
+
 def _telescoped(
     spec: MultiWayJoinSpec,
     shape: MultiWayShape,
@@ -568,40 +599,40 @@ def _telescoped(
 ) -> tuple[DataFrame, DataFrame, int]:
     """(old rows, new rows, affected join keys) of the identities this refresh changes, by the
     telescoping rule (module docstring)."""
-    # one frame per changed input: its new rows (weight +1) and old rows (weight -1), cut from the
-    # change feed's plan so the N terms below do not each carry it
-    deltas: dict[str, DataFrame] = {}
-    for item in shape.inputs:
-        found = changes.get(item.name)
-        if found is None or found.count == 0:
-            continue
-        assert found.old_rows is not None
-        plus = prepared(item, found.new_rows, F.lit(NEW_IMAGE), F.lit(1))
-        minus = prepared(item, found.old_rows, F.lit(OLD_IMAGE), F.lit(-1))
-        deltas[item.name] = cut_lineage(plus.unionByName(minus))
-    none = _empty(shape, sides)
-    if not deltas:
+    images = [
+        prepared(item, frame, F.lit(NEW_IMAGE))
+        for item in shape.inputs
+        if item.name in changes and changes[item.name].count
+        for frame in (changes[item.name].new_rows, changes[item.name].old_rows)
+        if frame is not None
+    ]
+    if not images:
+        none = _empty(shape, sides)
         return none, none, 0
-    keys, affected = _affected_join_keys(list(deltas.values()), arity)
+    keys, affected = _affected_join_keys(images, arity)
+    # each state is read from the pinned snapshot and kept by check_keys's job, the first to read it;
+    # a changed input's change (delta) is its new rows (weight +1) and its old rows (weight -1)
+    deltas: dict[str, DataFrame] = {}
     new_states: list[DataFrame] = []
     old_states: list[DataFrame] = []
     for item in shape.inputs:
         side = sides[item.name]
-        current = _restricted(item, side, keys, affected, arity)
-        delta = deltas.get(item.name)
-        if delta is not None:
-            found = changes[item.name]
-            changed = maybe_broadcast(found.changed.keys, found.count)
-            current = current.join(changed, on=item.key, how="left_anti")
-        unchanged = cut_lineage(prepared(item, current, F.lit(UNCHANGED)))
-        if delta is None:
-            new_state = old_state = unchanged
-        else:
-            new_state = unchanged.unionByName(delta.where(F.col(WEIGHT) > 0).drop(WEIGHT))
-            old_state = unchanged.unionByName(delta.where(F.col(WEIGHT) < 0).drop(WEIGHT))
-        check_keys(new_state, [h for _, h in item.identity], side.handle, side.version, count_nulls=False)
-        new_states.append(new_state)
-        old_states.append(old_state)
+        found = changes.get(item.name)
+        if found is None or found.count == 0:
+            rows = _restricted(item, side, keys, affected, arity)
+            state = cut_lineage(prepared(item, rows, F.lit(UNCHANGED)), eager=False)
+            _check_identity(item, side, state)
+            new_states.append(state)
+            old_states.append(state)
+            continue
+        assert found.old_rows is not None
+        state = cut_lineage(_changed_state(item, side, keys, affected, arity, found), eager=False)
+        _check_identity(item, side, state)
+        tag = F.col(TAG_PREFIX + item.name)
+        minus = cut_lineage(prepared(item, found.old_rows, F.lit(OLD_IMAGE), F.lit(-1)), eager=False)
+        deltas[item.name] = state.where(tag == NEW_IMAGE).withColumn(WEIGHT, F.lit(1)).unionByName(minus)
+        new_states.append(state)
+        old_states.append(state.where(tag == UNCHANGED).unionByName(minus.drop(WEIGHT)))
     guard_buckets(spec, shape, [new_states, old_states], arity)
     terms = []
     for index, item in enumerate(shape.inputs):
@@ -687,16 +718,35 @@ def _recompute_changed(
     return old, new, affected
 
 
+def _rows_to_check_pkey(spec: MultiWayJoinSpec, shape: MultiWayShape, frame: DataFrame) -> DataFrame:
+    """The rows of net changes ``frame`` whose pkey may repeat another row's: every insert and update, or,
+    with ``enforce_pkey``, only the inserts and the updates that change the pkey's value. Every refresh
+    checked the output then, so it repeats no pkey and an update keeping its pkey cannot add a repeat;
+    the usual refresh (values change, pkeys stay) then reads nothing of the output."""
+    assert shape.pkey is not None
+    if not spec.enforce_pkey:
+        return frame.where(F.col(CHANGE).isin("insert", "update"))
+    kept = reduce(
+        lambda a, b: a & b,
+        [F.col(quote(c)).eqNullSafe(F.col(quote(PRE_IMAGE + c))) for c in shape.pkey],
+    )
+    return frame.where((F.col(CHANGE) == "insert") | ((F.col(CHANGE) == "update") & ~kept))
+
+
 def _output_rows_sharing_pkey(
     shape: MultiWayShape, output: DeltaHandle, written: DataFrame, frame: DataFrame
 ) -> DataFrame:
-    """The output's rows (pkey and identity) that share a pkey with a row this refresh writes, except the
-    rows this refresh replaces or deletes."""
+    """The output's rows (pkey and identity) that share a pkey with a row in ``written``, except the rows
+    this refresh deletes or writes again (``written``'s updates)."""
     assert shape.pkey is not None
     pkey = [quote(c) for c in shape.pkey]
     identity = [quote(c) for c in shape.identity]
     wanted = written.select(*pkey).distinct()
-    replaced = frame.where(F.col(CHANGE).isin("update", "delete")).select(*identity)
+    replaced = (
+        frame.where(F.col(CHANGE) == "delete")
+        .select(*identity)
+        .unionByName(written.where(F.col(CHANGE) == "update").select(*identity))
+    )
     return (
         output.read()
         .select(*pkey, *identity)
