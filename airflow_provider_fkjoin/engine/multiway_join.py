@@ -47,9 +47,9 @@ from pyspark.sql import types as T
 
 from . import changelog as cl
 from .change_writer import CHANGE, PRE_IMAGE, NetChanges, net_changes
-from .changes import ChangedKeys, changed_keys, check_keys, cut_lineage, feed_errors, maybe_broadcast
+from .changes import ChangedKeys, check_keys, cut_lineage, feed_errors, maybe_broadcast
 from .errors import InputDataError, SpecError
-from .fk_join import JoinInput, read_input
+from .fk_join import JoinInput, read_changes, read_input
 from .merge import PRESENT, RefreshContext, RunOptions, begin_refresh, merge_output, write_full_output
 from .planning import InputState, RebuildRequired, RefreshPlan, schema_columns
 from .spec import MultiWayInput, MultiWayJoinSpec, quote
@@ -100,9 +100,6 @@ class MultiWayShape:
     pkey: list[str] | None
     #: Whether ``pkey`` needs a data check (False when it holds every input's key, so it is unique).
     pkey_checked: bool
-
-    def by_name(self, name: str) -> InputShape:
-        return next(shape for shape in self.inputs if shape.name == name)
 
 
 def resolve_shape(
@@ -209,17 +206,17 @@ class InputChanges:
     changed: ChangedKeys
     new_rows: DataFrame
     old_rows: DataFrame | None
-    count: int = 0
     cached: list[DataFrame] = field(default_factory=list)
+
+    @property
+    def count(self) -> int:
+        """The number of changed keys."""
+        return self.changed.count
 
     def release(self) -> None:
         self.changed.release()
         for frame in self.cached:
             frame.unpersist()
-
-
-class OldSnapshotGone(RebuildRequired):
-    """A changelog input's log cannot be read as of its consumed version (the reason is the message)."""
 
 
 def expected_output(
@@ -429,22 +426,24 @@ def check_pkey(
 
 def _read_changes(item: MultiWayInput, shape: InputShape, side: JoinInput, after: int) -> InputChanges:
     """An input's changed keys with their new and old rows (old: None when they cannot be read)."""
-    table, to = side.handle, side.version
-    columns = side.rows.columns
+    opened: list[ChangedKeys] = []
+    try:
+        found = read_changes(side, shape.key, after, opened, images=side.changelog is None)
+    except BaseException:
+        for frame in opened:  # a changelog's events failed their check after the feed was read
+            frame.release()
+        raise
     if side.changelog is None:
-        found = changed_keys(table, shape.key, after, to, columns)
         assert found.after is not None and found.before is not None
-        return InputChanges(found, found.after, found.before, found.count)
-    found = changed_keys(table, shape.key, after, to)
-    with feed_errors(table, after, to):
-        events = table.changes(after, to).where(F.col("_change_type") == "insert")
-        cl.check_events(events, side.changelog, table)
+        return InputChanges(found, found.after, found.before)
     keys = maybe_broadcast(found.keys, found.count)
-    new_rows = side.rows.join(keys, on=shape.key, how="left_semi").persist()
-    cached = [new_rows]
+    cached: list[DataFrame] = []
     old_rows: DataFrame | None = None
     try:
-        with feed_errors(table, after, to):
+        new_rows = side.rows.join(keys, on=shape.key, how="left_semi").persist()
+        cached.append(new_rows)
+        table = side.handle
+        with feed_errors(table, after, side.version):
             # read now: a snapshot whose files were vacuumed fails here, not halfway through the refresh
             before = cl.latest_state(table.read(after), side.changelog, keep_order=False)
             old_rows = before.join(keys, on=shape.key, how="left_semi").persist()
@@ -452,9 +451,15 @@ def _read_changes(item: MultiWayInput, shape: InputShape, side: JoinInput, after
             old_rows.count()
     except RebuildRequired:
         if old_rows is not None:
+            cached.remove(old_rows)
             old_rows.unpersist()
         old_rows = None
-    return InputChanges(found, new_rows, old_rows, found.count, cached)
+    except BaseException:
+        found.release()
+        for frame in cached:
+            frame.unpersist()
+        raise
+    return InputChanges(found, new_rows, old_rows, cached)
 
 
 def _incremental(
