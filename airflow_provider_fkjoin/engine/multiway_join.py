@@ -488,7 +488,7 @@ def _incremental(
         gone = [name for name, found in changes.items() if found.old_rows is None]
         arity = len(shape.on)
         if gone:
-            old, new, affected = _recompute_changed(spec, shape, sides, output, changes, arity, cached)
+            old, new, affected = _recompute_changed(spec, shape, sides, output, changes, arity)
             reason = (
                 f"{plan.reason}; the log of changelog input(s) {gone} cannot be read as of the consumed "
                 "version (vacuumed), so the changed identities were recomputed from the new states and "
@@ -547,16 +547,6 @@ def _affected_join_keys(frames: list[DataFrame], arity: int) -> tuple[DataFrame,
     return keys, keys.count()
 
 
-def _tagged(item: InputShape, rows: DataFrame, changed: DataFrame | None, count: int) -> DataFrame:
-    """``rows`` prepared with tag NEW_IMAGE where the key changed in this refresh, else UNCHANGED."""
-    if changed is None or count == 0:
-        return prepared(item, rows, F.lit(UNCHANGED))
-    flag = "_fkjoin_changed"
-    marked = rows.join(maybe_broadcast(changed.withColumn(flag, F.lit(True)), count), on=item.key, how="left")
-    tag = F.when(F.col(flag), F.lit(NEW_IMAGE)).otherwise(F.lit(UNCHANGED))
-    return prepared(item, marked, tag)
-
-
 def _restricted(item: InputShape, side: JoinInput, keys: DataFrame, count: int, arity: int) -> DataFrame:
     """The input's current rows whose join key is in ``keys`` (the affected join keys)."""
     rows = _non_null(side, item.key).select("*", *_on_columns(item))
@@ -595,6 +585,21 @@ def _changed_state(
     return prepared(item, rows.drop(*on), tag)
 
 
+def _state(
+    item: InputShape, side: JoinInput, keys: DataFrame, affected: int, arity: int, found: InputChanges | None
+) -> DataFrame:
+    """An input's state for the affected join keys ``keys``: its pinned snapshot's rows on them, prepared
+    (tagged NEW_IMAGE where the key changed, with every row of a changed key), checked for repeated keys
+    and kept under a cut lineage by that check's job."""
+    if found is None or found.count == 0:
+        rows = prepared(item, _restricted(item, side, keys, affected, arity), F.lit(UNCHANGED))
+    else:
+        rows = _changed_state(item, side, keys, affected, arity, found)
+    state = cut_lineage(rows, eager=False)
+    _check_identity(item, side, state)
+    return state
+
+
 def _telescoped(
     spec: MultiWayJoinSpec,
     shape: MultiWayShape,
@@ -615,28 +620,21 @@ def _telescoped(
         none = _empty(shape, sides)
         return none, none, 0
     keys, affected = _affected_join_keys(images, arity)
-    # each state is read from the pinned snapshot and kept by check_keys's job, the first to read it;
     # a changed input's change (delta) is its new rows (weight +1) and its old rows (weight -1)
     deltas: dict[str, DataFrame] = {}
     new_states: list[DataFrame] = []
     old_states: list[DataFrame] = []
     for item in shape.inputs:
-        side = sides[item.name]
         found = changes.get(item.name)
+        state = _state(item, sides[item.name], keys, affected, arity, found)
+        new_states.append(state)
         if found is None or found.count == 0:
-            rows = _restricted(item, side, keys, affected, arity)
-            state = cut_lineage(prepared(item, rows, F.lit(UNCHANGED)), eager=False)
-            _check_identity(item, side, state)
-            new_states.append(state)
             old_states.append(state)
             continue
         assert found.old_rows is not None
-        state = cut_lineage(_changed_state(item, side, keys, affected, arity, found), eager=False)
-        _check_identity(item, side, state)
         tag = F.col(TAG_PREFIX + item.name)
         minus = cut_lineage(prepared(item, found.old_rows, F.lit(OLD_IMAGE), F.lit(-1)), eager=False)
         deltas[item.name] = state.where(tag == NEW_IMAGE).withColumn(WEIGHT, F.lit(1)).unionByName(minus)
-        new_states.append(state)
         old_states.append(state.where(tag == UNCHANGED).unionByName(minus.drop(WEIGHT)))
     guard_buckets(spec, shape, [new_states, old_states], arity)
     terms = []
@@ -691,7 +689,6 @@ def _recompute_changed(
     output: DeltaHandle,
     changes: dict[str, InputChanges],
     arity: int,
-    cached: list[DataFrame],
 ) -> tuple[DataFrame, DataFrame, int]:
     """The fallback when an old snapshot is gone: the output rows holding a changed key (old) and the new
     join's rows holding one (new), recomputed over the join keys the new images touch."""
@@ -702,16 +699,9 @@ def _recompute_changed(
         if item.name in changes
     ]
     keys, affected = _affected_join_keys(plus, arity)
-    frames = []
-    for item in shape.inputs:
-        side = sides[item.name]
-        found = changes.get(item.name)
-        current = _restricted(item, side, keys, affected, arity).persist()
-        cached.append(current)
-        check_keys(current, item.key, side.handle, side.version, count_nulls=False)
-        frames.append(
-            _tagged(item, current, found.changed.keys if found else None, found.count if found else 0)
-        )
+    frames = [
+        _state(item, sides[item.name], keys, affected, arity, changes.get(item.name)) for item in shape.inputs
+    ]
     guard_buckets(spec, shape, [frames], arity)
     joined = join_all(frames, arity)
     any_new = reduce(
