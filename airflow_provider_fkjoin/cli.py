@@ -4,6 +4,7 @@
     fkjoin run --full-refresh spec.yaml  # rebuild the output from its inputs instead of applying changes
     fkjoin run --write-path merge spec.yaml  # write with Delta's MERGE instead of net-change commits
     fkjoin run --spec-json '{...}'       # the spec inline (how the Airflow hook submits it)
+    fkjoin run --origin '{"dag_id": ...}' spec.yaml  # record who ran the refresh in its commit
     fkjoin status spec.yaml              # versions consumed, lag behind each input, last refresh
     fkjoin audit spec.yaml               # recompute at the consumed versions, compare; writes nothing
     fkjoin demo                          # a small incremental foreign-key join on local Spark
@@ -61,11 +62,33 @@ def _spec_arg(args: argparse.Namespace) -> Any:
     return Path(args.spec)
 
 
+def _origin_arg(text: str | None) -> dict[str, Any] | None:
+    """``--origin``: a JSON object of plain values naming who runs the refresh (recorded in its commit)."""
+    if not text:
+        return None
+    from airflow_provider_fkjoin.engine import SpecError
+
+    try:
+        origin = json.loads(text)
+    except ValueError as error:
+        raise SpecError(f"--origin: not valid JSON: {error}") from error
+    if not isinstance(origin, dict) or not all(
+        isinstance(value, str | int | float | bool) or value is None for value in origin.values()
+    ):
+        raise SpecError(
+            '--origin: expected a JSON object of plain values, e.g. {"dag_id": "d", "try_number": 1}'
+        )
+    return origin
+
+
 def _cmd_run(args: argparse.Namespace) -> dict[str, Any]:
     from airflow_provider_fkjoin.engine import load_spec, run_spec
 
     spec = load_spec(_spec_arg(args))
-    return run_spec(spec, spark=_spark(args), full_refresh=args.full_refresh, write_path=args.write_path)
+    origin = _origin_arg(args.origin)
+    return run_spec(
+        spec, spark=_spark(args), full_refresh=args.full_refresh, write_path=args.write_path, origin=origin
+    )
 
 
 def _cmd_status(args: argparse.Namespace) -> dict[str, Any]:
@@ -121,6 +144,11 @@ def build_parser() -> argparse.ArgumentParser:
         default="auto",
         help="auto: commit net changes without MERGE where the engine can prove them (default); "
         "merge: always write with Delta's MERGE",
+    )
+    subs[0].add_argument(
+        "--origin",
+        metavar="JSON",
+        help="who runs this refresh, recorded in its commit (the Airflow hook passes the task instance)",
     )
     subs[2].add_argument(
         "--examples",

@@ -9,13 +9,17 @@ event (version, mode, row counts) schedules ``fkjoin_orders_report``. Run it wit
 
     AIRFLOW_CONN_SPARK_DEFAULT='{"conn_type": "spark", "host": "local[2]"}' \
         airflow dags test fkjoin_kip213_fk_join
+
+Trigger it with ``{"seed": false}`` to see a run where nothing changed: the join's task reads the Delta
+logs, finds no input moved, and finishes in a second or two without starting Spark; it emits no asset
+event, so ``fkjoin_orders_report`` does not run for nothing.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 
-from airflow.sdk import DAG, task
+from airflow.sdk import DAG, Param, task
 from fkjoin_example_data import warehouse
 
 from airflow_provider_fkjoin.operators import ForeignKeyJoinOperator
@@ -34,13 +38,16 @@ with DAG(
     max_active_runs=1,
     tags=["fkjoin", "example", "kip-213"],
     default_args={"retries": 1, "retry_delay": dt.timedelta(minutes=1)},
+    params={"seed": Param(True, type="boolean", description="write this run's batch of changes")},
 ):
 
     @task
-    def seed() -> dict:
+    def seed(params: dict | None = None) -> dict:
         """Create the tables on the first run; append this run's customer and order changes."""
         from fkjoin_example_data import write_batch
 
+        if not (params or {}).get("seed", True):
+            return {"batch": None, "versions": {}}
         return write_batch({"customers": CUSTOMERS, "orders": ORDERS}, "kip213")
 
     join = ForeignKeyJoinOperator(

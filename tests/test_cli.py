@@ -81,10 +81,17 @@ class Refresh:
         self.error: BaseException | None = None
 
     def run_spec(
-        self, spec: Any, spark: Any = None, *, full_refresh: bool = False, write_path: str = "auto"
+        self,
+        spec: Any,
+        spark: Any = None,
+        *,
+        full_refresh: bool = False,
+        write_path: str = "auto",
+        origin: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         self.calls.append(
             {"spec": spec, "spark": spark, "full_refresh": full_refresh, "write_path": write_path}
+            | ({"origin": origin} if origin else {})
         )
         if self.error is not None:
             raise self.error
@@ -138,6 +145,16 @@ def test_write_path_flag_reaches_run_spec(capsys, refresh):
     assert [call["write_path"] for call in refresh.calls] == ["merge"]
     code, _, _ = run_cli(capsys, "run", "--spec-json", json.dumps(SPEC))
     assert [call["write_path"] for call in refresh.calls] == ["merge", "auto"]
+
+
+def test_origin_reaches_run_spec_and_must_be_an_object_of_plain_values(capsys, refresh):
+    origin = {"dag_id": "d", "run_id": "r", "task_id": "t", "map_index": -1, "try_number": 2}
+    code, _, _ = run_cli(capsys, "run", "--origin", json.dumps(origin), "--spec-json", json.dumps(SPEC))
+    assert code == 0 and refresh.calls[0]["origin"] == origin
+    for bad in ("[1]", '{"a": {"b": 1}}', "not json"):
+        code, _, err = run_cli(capsys, "run", "--origin", bad, "--spec-json", json.dumps(SPEC))
+        assert code == 2 and err[0].startswith("error: SpecError: --origin: "), err
+    assert len(refresh.calls) == 1
 
 
 def test_full_refresh_flag_reaches_run_spec(capsys, refresh):

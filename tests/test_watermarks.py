@@ -98,3 +98,39 @@ def test_helpers_agree_with_a_real_bootstrap(spark, warehouse: Path) -> None:
     assert rebuilt["mode"] == "full" and rebuilt["reason"] == result["reason"]
     assert rebuilt["rows"]["inserted"] == result["rows"]["inserted"] == 2
     assert rebuilt["output"]["version"] == result["output"]["version"]
+
+
+def test_a_refresh_records_its_origin_and_row_counts_for_a_retry(spark, warehouse: Path) -> None:
+    """What a retry reads back without Spark (``refresh_by_origin``) is what the driver reported: mode,
+    output version, rows (a net-change commit records them; Delta records no metrics for it)."""
+    from helpers import CUSTOMERS, ORDERS, write
+
+    from airflow_provider_fkjoin.engine import refresh_by_origin
+
+    orders, customers, out = warehouse / "orders", warehouse / "customers", warehouse / "out"
+    write(spark, [(1, 10, 1.0), (2, 20, 2.0), (3, 20, 3.0)], ORDERS, orders)
+    write(spark, [(10, "a"), (20, "b")], CUSTOMERS, customers)
+    spec = {
+        "kind": "foreign_key_join",
+        "left": {"path": str(orders), "key": ["order_id"]},
+        "right": {"path": str(customers), "key": ["customer_id"]},
+        "foreign_key": ["customer_id"],
+        "output": {"path": str(out)},
+    }
+    task = {"dag_id": "d", "run_id": "r", "task_id": "t", "map_index": -1}
+    run_spec(spec, spark=spark, origin={**task, "try_number": 1})
+    spark.sql(f"UPDATE delta.`{customers}` SET name = 'B' WHERE customer_id = 20")
+    spark.sql(f"DELETE FROM delta.`{orders}` WHERE order_id = 1")
+    before = high_watermark(out)
+    reported = run_spec(spec, spark=spark, origin={**task, "try_number": 2})
+    assert reported["write_path"] == "net_changes"
+
+    found = refresh_by_origin(out, {**task, "try_number": 3})
+    assert found is not None and found["origin"] == {**task, "try_number": 2}
+    assert (found["mode"], found["output"]["version"]) == (reported["mode"], reported["output"]["version"])
+    assert found["rows"] == {k: reported["rows"][k] for k in ("inserted", "updated", "deleted")}
+    assert found["rows"] == {"inserted": 0, "updated": 2, "deleted": 1}
+    assert refresh_by_origin(out, {**task, "task_id": "other"}) is None
+    assert refresh_result_from_commit(out, before, origin={**task, "try_number": 2})["mode"] == "incremental"
+    zombie = refresh_result_from_commit(out, before, origin={**task, "try_number": 9})
+    assert zombie["mode"] == "noop"  # another try's commit is not this one's result

@@ -25,10 +25,14 @@ from .errors import (
 from .locations import location_identity, normalise_location
 from .watermarks import (
     TableMissingError,
+    consumed_input,
     consumed_version,
     high_watermark,
+    noop_result,
     progress,
+    refresh_by_origin,
     refresh_result_from_commit,
+    table_snapshot,
 )
 
 if TYPE_CHECKING:
@@ -63,14 +67,18 @@ __all__ = [
     "TableMissingError",
     "TableNotBootstrappedError",
     "as_self_join",
+    "consumed_input",
     "consumed_version",
     "get_spark",
     "high_watermark",
     "load_spec",
     "location_identity",
+    "noop_result",
     "normalise_location",
     "progress",
+    "refresh_by_origin",
     "refresh_result_from_commit",
     "refresh_status",
     "run_spec",
+    "table_snapshot",
 ]

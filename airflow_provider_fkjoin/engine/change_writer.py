@@ -33,7 +33,7 @@ from pyspark.sql import functions as F
 
 from . import internals
 from .changes import maybe_broadcast
-from .commit_log import metadata_settings, session_settings, without_commit_metadata
+from .commit_log import metadata_settings, session_settings, with_row_counts, without_commit_metadata
 from .errors import ConcurrentRefreshError
 from .planning import RebuildRequired
 from .spec import quote
@@ -174,7 +174,8 @@ def commit_net_changes(
         layout = transaction.layout(SMALL_FILE_BYTES, SMALL_FILE_SHARE, DELETED_ROWS_RATIO, DV_MIN_ROWS)
         compact = layout["small_files"] >= COMPACT_SMALL_FILES or layout["files_over_ratio"] > 0
         phase("committing")
-        with metadata_settings(output.spark, user_metadata):
+        counts = {"inserted": changes.inserted, "updated": changes.updated, "deleted": changes.deleted}
+        with metadata_settings(output.spark, with_row_counts(user_metadata, counts)):
             return NetCommit(transaction.commit(action_groups, app_id, seq), compact)
     except Exception as error:
         if internals.is_concurrent_modification(error):

@@ -21,11 +21,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pyspark.sql import SparkSession
+if TYPE_CHECKING:  # importing this module must not load pyspark: the no-JVM noop check reads progress too
+    from pyspark.sql import SparkSession
 
-from .tables import DeltaHandle
+    from .tables import DeltaHandle
 
 METADATA_KEY = "fkjoin"
 FORMAT_VERSION = 1
@@ -78,6 +79,8 @@ class Progress:
     committed_at: datetime | None = None
     token: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    #: Who ran the refresh, as its caller said (an Airflow task instance: dag, run, task, map index, try).
+    origin: dict[str, Any] = field(default_factory=dict)
 
 
 def parse_progress(
@@ -98,6 +101,7 @@ def parse_progress(
             committed_at=committed_at,
             token=str(payload.get("token", "")),
             extra=dict(payload.get("extra", {})),
+            origin=dict(payload.get("origin") or {}),
         )
     except (ValueError, KeyError, TypeError):
         return None
@@ -131,24 +135,48 @@ def read_output_log(output: DeltaHandle) -> OutputLog:
         return OutputLog(None, None, transaction_app_id(output.ref.identity), 0, None)
     table_id = output.state().table_id
     app_id = transaction_app_id(table_id)
-    found: Progress | None = None
+    scan = scan_history(output.history(HISTORY_SCAN), output.location)
+    recorded = output.transaction_version(app_id) or 0
+    last_seq = max(recorded, scan.progress.seq if scan.progress else 0)
+    return OutputLog(scan.progress, scan.changed_by_others, app_id, last_seq, table_id, scan.latest_version)
+
+
+@dataclass(frozen=True)
+class HistoryScan:
+    """What an output's newest commits say: the latest refresh progress, why the rows changed since
+    (None: they did not), and the newest version seen (None: no commit listed)."""
+
+    progress: Progress | None
+    changed_by_others: str | None
+    latest_version: int | None
+
+
+def scan_history(entries: list[dict[str, Any]], location: str = "the output") -> HistoryScan:
+    """Walk an output's history (newest first: ``version``, ``timestamp``, ``operation``,
+    ``userMetadata``) to its latest refresh commit, noting any commit since that changed rows.
+
+    Pure, so the engine (reading through Spark or ``deltalake``) and the no-JVM noop check
+    (:func:`.watermarks.noop_result`) decide the same way.
+
+    >>> scan_history([{"version": 8, "operation": "OPTIMIZE", "userMetadata": None},
+    ...               {"version": 7, "operation": "MERGE", "userMetadata": '{"fkjoin": {...}}'}]).progress.seq
+    3
+    """
     changed: str | None = None
     latest: int | None = None
-    for entry in output.history(HISTORY_SCAN):
+    for entry in entries:
         if latest is None:
             latest = int(entry["version"])
-        found = parse_progress(entry["userMetadata"], entry["version"], entry["timestamp"])
+        found = parse_progress(entry.get("userMetadata"), int(entry["version"]), entry.get("timestamp"))
         if found is not None:
-            break
+            return HistoryScan(found, changed, latest)
         operation = str(entry.get("operation") or "")
         if operation.upper() not in NON_CHANGING_OPERATIONS:
             changed = (
-                f"the output {output.location} was changed outside this engine at version "
+                f"the output {location} was changed outside this engine at version "
                 f"{entry['version']} ({operation or 'unknown operation'})"
             )
-    recorded = output.transaction_version(app_id) or 0
-    last_seq = max(recorded, found.seq if found else 0)
-    return OutputLog(found, changed if found is not None else None, app_id, last_seq, table_id, latest)
+    return HistoryScan(None, None, latest)
 
 
 def new_progress_metadata(
@@ -160,8 +188,12 @@ def new_progress_metadata(
     inputs: dict[str, InputProgress],
     reason: str = "",
     extra: dict[str, Any] | None = None,
+    origin: dict[str, Any] | None = None,
 ) -> tuple[str, str]:
-    """The userMetadata JSON for a commit and the token that identifies this refresh's commit."""
+    """The userMetadata JSON for a commit and the token that identifies this refresh's commit.
+
+    ``origin`` says who ran the refresh (``{"dag_id": ..., "run_id": ..., "task_id": ..., "map_index": ...,
+    "try_number": ...}`` from the Airflow hook), so a retry can find the commit an earlier try made."""
     token = uuid.uuid4().hex
     payload = {
         "format": FORMAT_VERSION,
@@ -173,8 +205,22 @@ def new_progress_metadata(
         "inputs": {side: vars(info) for side, info in inputs.items()},
         "token": token,
         "extra": extra or {},
+        **({"origin": origin} if origin else {}),
     }
     return json.dumps({METADATA_KEY: payload}, sort_keys=True), token
+
+
+def with_row_counts(user_metadata: str, rows: dict[str, int]) -> str:
+    """A commit's progress metadata with the rows the commit changes, for a commit whose row counts Delta
+    does not record (one built without MERGE records no operation metrics): a result rebuilt from the log
+    (:func:`.watermarks.refresh_result_from_commit`) then reports them.
+
+    >>> json.loads(with_row_counts('{"fkjoin": {"seq": 3}}', {"inserted": 2}))["fkjoin"]["rows"]
+    {'inserted': 2}
+    """
+    payload = json.loads(user_metadata)
+    payload[METADATA_KEY]["rows"] = dict(rows)
+    return json.dumps(payload, sort_keys=True)
 
 
 def transaction_app_id(output_identity: str) -> str:

@@ -83,6 +83,8 @@ class RunOptions:
     ownership: Ownership
     full_refresh: bool = False
     write_path: str = "auto"
+    #: Who runs the refresh (recorded in its commit; see :func:`.commit_log.new_progress_metadata`).
+    origin: dict[str, Any] | None = None
 
 
 @dataclass
@@ -107,6 +109,7 @@ class RefreshContext:
     warnings: list[str]
     ownership: Ownership
     write_path: str = "auto"
+    origin: dict[str, Any] | None = None
 
     @property
     def previous(self) -> Progress | None:
@@ -125,6 +128,7 @@ class RefreshContext:
             inputs=self.consumed,
             reason=reason,
             extra=extra,
+            origin=self.origin,
         )
         return CommitRequest(
             metadata, token, self.log.app_id, seq, self.ownership.owner, self.ownership.claim
@@ -259,6 +263,7 @@ def begin_refresh(
         warnings,
         options.ownership,
         options.write_path,
+        options.origin,
     )
     return refresh, plan
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +45,7 @@ def run_spec(
     write_path: str = "auto",
     audit: bool = False,
     audit_examples: int = 0,
+    origin: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Refresh a spec's output once and return the JSON-serialisable result dict (see DESIGN.md).
 
@@ -60,6 +61,10 @@ def run_spec(
 
     ``audit=True`` writes nothing: it recomputes the output from scratch at the versions it consumed and
     reports rows missing, extra and different (:mod:`.audit`; ``audit_examples`` keys of each).
+
+    ``origin`` names who runs the refresh (plain JSON values; the Airflow hook gives the task instance's
+    ``dag_id``, ``run_id``, ``task_id``, ``map_index`` and ``try_number``). It is recorded in the refresh's
+    commit, so a retry finds what an earlier try committed (:func:`.watermarks.refresh_by_origin`).
     """
     if write_path not in WRITE_PATHS:
         raise SpecError(f"write_path must be one of {', '.join(WRITE_PATHS)}, not {write_path!r}")
@@ -69,7 +74,10 @@ def run_spec(
         with row_errors(spec_expressions(loaded)):
             return audit_output(loaded, session, examples=audit_examples)
     options = RunOptions(
-        ownership=check_ownership(session, loaded), full_refresh=full_refresh, write_path=write_path
+        ownership=check_ownership(session, loaded),
+        full_refresh=full_refresh,
+        write_path=write_path,
+        origin=dict(origin) if origin else None,
     )
     with row_errors(spec_expressions(loaded)):
         return _RUNNERS[loaded.kind](loaded, session, options)

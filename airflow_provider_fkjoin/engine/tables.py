@@ -6,7 +6,6 @@ One class serves inputs and outputs so every join reads and checks tables the sa
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ from . import internals
 from .errors import SpecError
 from .locations import local_path, location_identity
 from .spec import RESERVED_PREFIX, TableRef, quote
+from .watermarks import read_history
 
 #: The table property naming the kind and spec that own an output (see :mod:`.ownership`).
 OWNER_PROPERTY = "fkjoin.owner"
@@ -159,17 +159,7 @@ class DeltaHandle:
         userMetadata and operationMetrics."""
         local = self.local_path
         if local is not None:
-            return [
-                {
-                    "version": int(entry["version"]),
-                    "timestamp": datetime.fromtimestamp(entry["timestamp"] / 1000, tz=UTC),
-                    "operation": str(entry.get("operation") or ""),
-                    "isBlindAppend": bool(entry.get("isBlindAppend")),
-                    "userMetadata": entry.get("userMetadata"),
-                    "operationMetrics": {k: str(v) for k, v in (entry.get("operationMetrics") or {}).items()},
-                }
-                for entry in deltalake.DeltaTable(str(local)).history(limit)
-            ]
+            return read_history(local, limit)
         rows = self.delta_table.history(limit).select(
             "version", "timestamp", "operation", "isBlindAppend", "userMetadata", "operationMetrics"
         )

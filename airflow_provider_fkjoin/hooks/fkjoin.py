@@ -27,9 +27,11 @@ import json
 import os
 import re
 import shutil
+import subprocess
 import sys
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -38,14 +40,32 @@ from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowNotFoundException
 from airflow.sdk.log import mask_secret
 
+from airflow_provider_fkjoin.credentials import CredentialsError, StorageCredentials, storage_credentials
 from airflow_provider_fkjoin.engine import WRITE_PATHS
 from airflow_provider_fkjoin.jobs import FKJOIN_JOB_FILE
-from airflow_provider_fkjoin.jobs.fkjoin_job import APP_INFO_PREFIX, REDACTION_CONF, REDACTION_REGEX
+from airflow_provider_fkjoin.jobs.fkjoin_job import (
+    APP_INFO_PREFIX,
+    EXIT_JOB_BAD_INPUT,
+    REDACTION_CONF,
+    REDACTION_REGEX,
+)
 from airflow_provider_fkjoin.links import check_location, spark_ui_url
 
 DELTA_PACKAGE = "io.delta:delta-spark_4.2_2.13:4.4.0"
+#: The ``fkjoin`` CLI's exit code for a bad spec or bad input data (also Python's own for a file it
+#: cannot open, so it counts only with the CLI's ``error:`` line beside it).
 EXIT_BAD_INPUT = 2
 EXIT_RETRY = 75
+#: Spark-side settings and SparkSubmitHook arguments that make spark-submit return while the application
+#: still runs: the task would then report a refresh that has not happened (see :meth:`FkJoinHook.run`).
+NON_BLOCKING_KWARGS = ("yarn_track_via_rm_api", "track_driver_via_k8s_api")
+NON_BLOCKING_CONF = (
+    "spark.yarn.submit.waitAppCompletion",
+    "spark.kubernetes.submission.waitAppCompletion",
+    "spark.standalone.submit.waitAppCompletion",
+)
+#: The YARN ApplicationMaster's diagnostics for a driver that exited non-zero (spark-submit itself exits 1).
+_YARN_USER_EXIT = re.compile(r"User application exited with status (\d+)")
 _ENGINE_DIR = Path(__file__).resolve().parents[1] / "engine"
 _LOCAL_MASTERS = ("local",)
 MASK = "******"
@@ -217,11 +237,15 @@ class DriverOutput:
         self.error: str | None = None
         self.cause: list[str] = []
         self.tail: deque[str] = deque(maxlen=30)
+        #: A YARN cluster-mode driver's exit code, from the application's final diagnostics.
+        self.yarn_exit_code: int | None = None
         self._on_app_info = on_app_info
 
     def feed(self, line: str) -> None:
         """Look at one output line (already stripped)."""
         self.tail.append(line)
+        if (found := _YARN_USER_EXIT.search(line)) is not None:
+            self.yarn_exit_code = int(found.group(1))
         if line.startswith(APP_INFO_PREFIX):
             try:
                 info = json.loads(line.removeprefix(APP_INFO_PREFIX))
@@ -267,11 +291,18 @@ class FkJoinHook(BaseHook):
     :param application: the job file to submit (default: the one in this package; on Kubernetes give
         the path inside the image, e.g. ``local:///opt/fkjoin/fkjoin_job.py``).
     :param deploy_mode: ``client`` or ``cluster``; overrides the connection's ``deploy-mode`` extra.
-    :param storage_options: ``deltalake`` storage options to read the output's Delta log (object stores).
+    :param storage_options: ``deltalake`` storage options to read Delta logs on object stores (win over
+        the connection's).
+    :param storage_conn_id: an AWS, Google Cloud or Azure connection: ``deltalake`` storage options for
+        the logs this hook reads, and ``spark.hadoop.*`` settings for the job (under ``conf``, which wins);
+        see :mod:`airflow_provider_fkjoin.credentials`.
     :param spark_submit_kwargs: more SparkSubmitHook arguments (``executor_memory``, ``num_executors``...).
     :param spark_ui: start the driver's web UI (default off: it shows the job's conf and data to anyone
         who can reach the driver). A ``spark.ui.enabled`` in ``conf`` wins. With the UI off, the
         "Spark UI" link still points at a standalone master's or YARN's application page.
+    :param noop_check: before starting Spark, read the inputs' and the output's Delta logs (``deltalake``,
+        no JVM) and return the ``noop`` result at once when no input moved since the last refresh
+        (:func:`~airflow_provider_fkjoin.engine.noop_result`); default on.
     """
 
     conn_name_attr = "conn_id"
@@ -291,6 +322,8 @@ class FkJoinHook(BaseHook):
         storage_options: Mapping[str, str] | None = None,
         spark_submit_kwargs: Mapping[str, Any] | None = None,
         spark_ui: bool = False,
+        noop_check: bool = True,
+        storage_conn_id: str | None = None,
     ) -> None:
         super().__init__()
         self.conn_id = conn_id
@@ -300,10 +333,29 @@ class FkJoinHook(BaseHook):
         self.packages = packages
         self.application = application or FKJOIN_JOB_FILE
         self.deploy_mode = deploy_mode
-        self.storage_options = dict(storage_options) if storage_options else None
+        self._explicit_storage_options = dict(storage_options) if storage_options else None
+        self.storage_conn_id = storage_conn_id
         self.spark_submit_kwargs = dict(spark_submit_kwargs or {})
         self.spark_ui = spark_ui
+        self.noop_check = noop_check
         self._submit_hook: SparkSubmitHook | None = None
+        self._killed = False
+
+    @cached_property
+    def storage_credentials(self) -> StorageCredentials:
+        """The ``storage_conn_id`` connection's credentials (read once, when first needed)."""
+        if not self.storage_conn_id:
+            return StorageCredentials()
+        try:
+            return storage_credentials(self.storage_conn_id)
+        except CredentialsError as error:
+            raise FkJoinBadInputError(f"storage_conn_id: {error}") from error
+
+    @property
+    def storage_options(self) -> dict[str, str] | None:
+        """``deltalake`` storage options: the connection's, with explicit ``storage_options`` winning."""
+        merged = {**self.storage_credentials.storage_options, **(self._explicit_storage_options or {})}
+        return merged or None
 
     @property
     def spark_ui_enabled(self) -> bool:
@@ -346,8 +398,39 @@ class FkJoinHook(BaseHook):
                 conf["spark.driver.extraJavaOptions"] = f"-Dlog4j.configurationFile=file:{log4j}"
         if master.startswith(_LOCAL_MASTERS):
             conf["spark.pyspark.python"] = sys.executable
+        if master.startswith("yarn") and deploy_mode == "cluster":
+            # YARN would rerun a failed driver as a second attempt: a bad spec twice, a conflict retried
+            # behind Airflow's back. Airflow's retries decide, knowing which failures are worth one.
+            conf["spark.yarn.maxAppAttempts"] = "1"
+        conf.update(self.storage_credentials.spark_conf())
         conf.update({str(k): str(v) for k, v in self.conf.items()})
         return conf
+
+    def check_blocking(self, master: str, deploy_mode: str) -> None:
+        """Refuse settings that make spark-submit return while the refresh still runs.
+
+        The task would then read the output's log before the refresh committed and report a ``noop``
+        while the job goes on writing: downstream tasks and asset consumers would run on stale data.
+        Spark also refuses cluster deploy mode for Python applications on a standalone master.
+        """
+        for name in NON_BLOCKING_KWARGS:
+            if self.spark_submit_kwargs.get(name):
+                raise FkJoinBadInputError(
+                    f"spark_submit_kwargs.{name}: makes spark-submit return as soon as the application is "
+                    "submitted, so the task would report the refresh before it ran; remove it (the hook "
+                    "waits for the application and reads its result and exit code)"
+                )
+        for key in NON_BLOCKING_CONF:
+            if str(self.conf.get(key, "true")).strip().lower() == "false":
+                raise FkJoinBadInputError(
+                    f"conf {key}=false: spark-submit would return before the refresh finished and the task "
+                    "would report it unfinished; remove the setting"
+                )
+        if master.startswith("spark://") and deploy_mode == "cluster":
+            raise FkJoinBadInputError(
+                f"deploy mode cluster on the standalone master {master}: Spark does not run Python "
+                "applications in cluster mode there; use client mode (the default)"
+            )
 
     def build_submit_hook(
         self,
@@ -356,6 +439,7 @@ class FkJoinHook(BaseHook):
         *,
         full_refresh: bool = False,
         write_path: str = "auto",
+        origin: Mapping[str, Any] | None = None,
     ) -> SparkSubmitHook:
         """The SparkSubmitHook for one refresh of ``spec`` (checks the connection first).
 
@@ -366,6 +450,7 @@ class FkJoinHook(BaseHook):
         connection = self.get_conn()
         master = _master_of(connection)
         deploy_mode = self._deploy_mode(connection)
+        self.check_blocking(master, deploy_mode)
         is_cluster_manager = master.startswith(("yarn", "k8s://"))
         jars, packages = self._delta_jars()
         kind = str(spec.get("kind", "join"))
@@ -387,6 +472,7 @@ class FkJoinHook(BaseHook):
                 "run",
                 *(["--full-refresh"] if full_refresh else []),
                 *(["--write-path", write_path] if write_path != "auto" else []),
+                *(["--origin", json.dumps(dict(origin), sort_keys=True)] if origin else []),
                 "--spec-json",
                 json.dumps(dict(spec), sort_keys=True),
             ],
@@ -397,23 +483,19 @@ class FkJoinHook(BaseHook):
         kwargs.update(self.spark_submit_kwargs)
         return _CapturingSparkSubmitHook(on_line=on_line or (lambda _line: None), **kwargs)
 
-    def spark_submit_command(
-        self, spec: Mapping[str, Any], *, full_refresh: bool = False, write_path: str = "auto"
-    ) -> list[str]:
-        """The exact spark-submit argv ``run(spec, full_refresh=..., write_path=...)`` runs (credentials
-        included)."""
-        hook = self.build_submit_hook(spec, full_refresh=full_refresh, write_path=write_path)
+    def spark_submit_command(self, spec: Mapping[str, Any], **options: Any) -> list[str]:
+        """The exact spark-submit argv ``run(spec, **options)`` runs (credentials included); ``options``
+        are ``full_refresh``, ``write_path`` and ``origin``."""
+        hook = self.build_submit_hook(spec, **options)
         return hook._build_spark_submit_command(self.application)
 
-    def masked_command(
-        self, spec: Mapping[str, Any], *, full_refresh: bool = False, write_path: str = "auto"
-    ) -> str:
+    def masked_command(self, spec: Mapping[str, Any], **options: Any) -> str:
         """The spark-submit command as the task log shows it: credentials replaced by ``******``.
 
         >>> FkJoinHook(conf={"fs.s3a.session.token": "IQoJb3JpZ2lu"}).masked_command(spec)  # doctest: +SKIP
         'spark-submit --master local[2] ... --conf fs.s3a.session.token=****** ...'
         """
-        hook = self.build_submit_hook(spec, full_refresh=full_refresh, write_path=write_path)
+        hook = self.build_submit_hook(spec, **options)
         return hook._mask_cmd(hook._build_spark_submit_command(self.application))
 
     def submit_env(self, master: str) -> dict[str, str] | None:
@@ -437,6 +519,7 @@ class FkJoinHook(BaseHook):
         on_spark_ui: Callable[[str], None] | None = None,
         full_refresh: bool = False,
         write_path: str = "auto",
+        origin: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
         """Run one refresh of ``spec`` and return the engine's result dict.
 
@@ -446,6 +529,9 @@ class FkJoinHook(BaseHook):
             (``fkjoin run --full-refresh``): the escape when an output must be recomputed on purpose.
         :param write_path: ``auto`` (net-change commits where the engine can prove them, else MERGE) or
             ``merge`` (always Delta's MERGE: ``fkjoin run --write-path merge``).
+        :param origin: who runs the refresh (the operator gives the task instance: ``dag_id``, ``run_id``,
+            ``task_id``, ``map_index``, ``try_number``), recorded in the refresh's commit; in cluster mode
+            only a commit carrying it is taken for this refresh's result.
         :raises FkJoinConnectionError: the Spark connection does not exist.
         :raises FkJoinBadInputError: the output path is not a usable table location, or the engine refused
             the spec or the data (exit 2; no retry).
@@ -458,6 +544,10 @@ class FkJoinHook(BaseHook):
                 location = check_location(location)
             except ValueError as error:
                 raise FkJoinBadInputError(f"output.path: {error}") from error
+        if self.noop_check and not full_refresh:
+            unchanged = self.unchanged_result(spec)
+            if unchanged is not None:
+                return unchanged
         before = self._output_version(location)
         connection = self.get_conn()
         master = _master_of(connection)
@@ -472,8 +562,10 @@ class FkJoinHook(BaseHook):
 
         output = DriverOutput(on_app_info=app_info)
         hook = self.build_submit_hook(
-            spec, on_line=output.feed, full_refresh=full_refresh, write_path=write_path
+            spec, on_line=output.feed, full_refresh=full_refresh, write_path=write_path, origin=origin
         )
+        if self._killed:
+            raise FkJoinJobError("the task was killed before its Spark application started")
         self._submit_hook = hook
         early = spark_ui_url(master, conn_extra=extra)
         if early and on_spark_ui is not None:
@@ -496,7 +588,28 @@ class FkJoinHook(BaseHook):
         from airflow_provider_fkjoin.engine.watermarks import refresh_result_from_commit
 
         self.log.info("Result not in spark-submit's output; reading it from %s's Delta log", location)
-        return refresh_result_from_commit(location, before, self.storage_options)
+        return refresh_result_from_commit(location, before, self.storage_options, origin=origin)
+
+    def unchanged_result(self, spec: Mapping[str, Any]) -> dict[str, Any] | None:
+        """The ``noop`` result when no input moved since the output's last refresh, read from Delta logs
+        without a JVM; None when Spark must run. A log that cannot be read here (an object store without
+        ``storage_options``, say) is not an error: the refresh runs and the engine decides."""
+        from airflow_provider_fkjoin.engine import SpecError, noop_result
+
+        try:
+            result = noop_result(dict(spec), self.storage_options)
+        except SpecError as error:
+            raise FkJoinBadInputError(str(error)) from error
+        except Exception as error:
+            self.log.warning("noop check skipped, the refresh runs: %s: %s", type(error).__name__, error)
+            return None
+        if result is not None:
+            self.log.info(
+                "no input moved since the refresh at output version %s (inputs %s): noop, Spark not started",
+                result["output"]["version"],
+                {side: info["to_version"] for side, info in result["inputs"].items()},
+            )
+        return result
 
     def _output_version(self, location: str | None) -> int | None:
         if not location:
@@ -509,11 +622,24 @@ class FkJoinHook(BaseHook):
             return None
 
     @staticmethod
-    def _failure(hook: SparkSubmitHook, output: DriverOutput, error: AirflowException) -> AirflowException:
-        process = getattr(hook, "_submit_sp", None)
-        code = getattr(process, "returncode", None)
+    def driver_exit_code(hook: SparkSubmitHook, output: DriverOutput) -> int | None:
+        """The driver's own exit code: spark-submit's, except in cluster mode on YARN (spark-submit exits
+        1 for any failed application; the code is in its diagnostics) and Kubernetes (spark-submit exits
+        0; the driver container's ``exit code: N`` is in the pod status it prints)."""
+        if output.yarn_exit_code is not None:
+            return output.yarn_exit_code
+        k8s_code = getattr(hook, "_spark_exit_code", None)
+        if getattr(hook, "_is_kubernetes", False) and k8s_code:
+            return int(k8s_code)
+        return getattr(getattr(hook, "_submit_sp", None), "returncode", None)
+
+    @classmethod
+    def _failure(
+        cls, hook: SparkSubmitHook, output: DriverOutput, error: AirflowException
+    ) -> AirflowException:
+        code = cls.driver_exit_code(hook, output)
         detail = hook._mask_cmd(output.error or (str(error).splitlines() or [""])[0][:500])
-        if code == EXIT_BAD_INPUT:
+        if code == EXIT_JOB_BAD_INPUT or (code == EXIT_BAD_INPUT and output.error is not None):
             return FkJoinBadInputError(f"fkjoin refused the spec or input data: {detail}")
         if code == EXIT_RETRY:
             return FkJoinRetryableError(f"fkjoin refresh conflicted, nothing written (retry): {detail}")
@@ -522,9 +648,41 @@ class FkJoinHook(BaseHook):
         return FkJoinJobError(f"fkjoin Spark job failed (exit {code}): {detail}{cause}\n{tail}")
 
     def on_kill(self) -> None:
-        """Stop the Spark application (spark-submit process, YARN application, driver pod or driver)."""
-        if self._submit_hook is not None:
-            self._submit_hook.on_kill()
+        """Stop the Spark application, whether or not spark-submit is still running.
+
+        The Spark provider's ``on_kill`` kills spark-submit and, while it lives, the YARN application (the
+        ``yarn`` CLI) and the Kubernetes driver pod. But Airflow signals the task's whole process group, so
+        spark-submit is often gone first, and a cluster-mode application would go on writing. So, after
+        it: a YARN application is killed through the ResourceManager's REST API when the connection has
+        ``yarn_resourcemanager_webapp_address`` (else with ``yarn application -kill``, bounded in time),
+        and a Kubernetes driver pod is deleted. A kill before spark-submit started stops it from starting.
+        """
+        self._killed = True
+        hook = self._submit_hook
+        if hook is None:
+            return
+        process = getattr(hook, "_submit_sp", None)
+        was_running = process is not None and process.poll() is None
+        hook.on_kill()
+        app_id = getattr(hook, "_yarn_application_id", None)
+        if app_id and getattr(hook, "_is_yarn_cluster_mode", False):
+            if self.get_conn().extra_dejson.get("yarn_resourcemanager_webapp_address"):
+                hook._kill_yarn_application(app_id)
+            elif not was_running:  # the provider ran the yarn CLI only while spark-submit lived
+                self._yarn_cli_kill(hook, app_id)
+        if getattr(hook, "_kubernetes_driver_pod", None) and not was_running:
+            hook._delete_driver_pod()
+
+    def _yarn_cli_kill(self, hook: SparkSubmitHook, app_id: str, timeout: float = 4.0) -> None:
+        """``yarn application -kill``: a JVM that must finish inside Airflow's grace period."""
+        env = {**os.environ, **(getattr(hook, "_env", None) or {})}
+        try:
+            done = subprocess.run(
+                ["yarn", "application", "-kill", app_id], env=env, capture_output=True, timeout=timeout
+            )
+            self.log.info("yarn application -kill %s: exit %s", app_id, done.returncode)
+        except (OSError, subprocess.TimeoutExpired) as error:
+            self.log.warning("could not kill YARN application %s: %s", app_id, error)
 
 
 def _master_of(connection: Any) -> str:

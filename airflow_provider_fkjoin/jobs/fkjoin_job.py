@@ -4,8 +4,12 @@
 
 It prints one ``FKJOIN_APP {json}`` line as soon as the session is up (application id, driver UI URL,
 master), so the hook can show a link to the running application, then runs ``fkjoin`` with the given
-arguments: the result JSON is the last stdout line; the exit code is the CLI's (2 bad spec or data,
-75 retryable, 1 other), which spark-submit passes on.
+arguments: the result JSON is the last stdout line. The exit code is the CLI's, except that a bad spec or
+bad data exits :data:`EXIT_JOB_BAD_INPUT` (65, ``EX_DATAERR``) instead of the CLI's 2: Python itself exits
+2 when it cannot open the job file (a wrong ``local:///`` path in an image), and that must stay a plain
+failure, not a "do not retry". 75 is retryable, 1 anything else. spark-submit passes the code on in
+client mode; in cluster mode the hook reads it from the cluster's report (YARN's diagnostics, the
+Kubernetes driver container's exit code).
 
 Spark's redaction (``spark.redaction.regex``: which conf keys and values the UI, the event log and YARN's
 logs show as ``*********(redacted)``) is widened to :data:`REDACTION_REGEX` unless the submitter set its
@@ -20,6 +24,8 @@ import sys
 from typing import Any
 
 APP_INFO_PREFIX = "FKJOIN_APP "
+#: The job's exit code for a bad spec or bad input data (``EX_DATAERR``); the CLI's own is 2.
+EXIT_JOB_BAD_INPUT = 65
 REDACTION_CONF = "spark.redaction.regex"
 #: Spark's default is ``(?i)secret|password|token|access[.]?key``: too narrow for SAS tokens, account
 #: keys, session tokens, credential files and private keys.
@@ -53,7 +59,7 @@ def start_session() -> Any:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run ``fkjoin`` inside spark-submit; returns the CLI's exit code."""
+    """Run ``fkjoin`` inside spark-submit; returns the CLI's exit code, 65 for its 2 (see the module)."""
     from airflow_provider_fkjoin import cli
 
     args = list(sys.argv[1:] if argv is None else argv)
@@ -62,9 +68,10 @@ def main(argv: list[str] | None = None) -> int:
     info = {"app_id": context.applicationId, "ui_url": context.uiWebUrl, "master": context.master}
     print(APP_INFO_PREFIX + json.dumps(info), flush=True)
     try:
-        return cli.main(args)
+        code = cli.main(args)
     finally:
         spark.stop()
+    return EXIT_JOB_BAD_INPUT if code == cli.EXIT_BAD_INPUT else code
 
 
 if __name__ == "__main__":

@@ -2,8 +2,12 @@
 
 Each takes its spec fields as arguments, or a YAML/JSON file (``spec_file``) whose values are rendered
 with Jinja like templated fields; explicit arguments win over the file. The result dict is the XCom
-return value; the output table is an outlet :class:`~airflow.sdk.Asset` whose event extra carries the
-version reached, the mode and the row counts; the inputs are inlets.
+return value; the inputs are inlets. The outlet is an :class:`~airflow.sdk.AssetAlias` named
+``fkjoin:<dag_id>.<task_id>`` through which a run emits an event for the output table's
+:class:`~airflow.sdk.Asset` (``file:///abs/path`` or the object-store URL) only when the refresh changed
+the output, with the version reached, the mode and the row counts as its extra: a ``noop`` run emits
+nothing, so a DAG scheduled on the output does not run for nothing, and a templated output path (known
+only at run time) gets its event all the same.
 
 Example::
 
@@ -32,9 +36,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import yaml
-from airflow.sdk import Asset, BaseOperator
+from airflow.sdk import Asset, AssetAlias, BaseOperator
+from airflow.sdk import conf as airflow_conf
 
+from airflow_provider_fkjoin.credentials import resolve_storage_options
 from airflow_provider_fkjoin.hooks.fkjoin import FkJoinBadInputError, FkJoinHook, parse_write_path
+from airflow_provider_fkjoin.lineage import ol_dataset
 from airflow_provider_fkjoin.links import (
     OUTPUT_TABLE_XCOM_KEY,
     SPARK_UI_XCOM_KEY,
@@ -53,7 +60,33 @@ TableArg = str | Mapping[str, Any]
 _TRUE = frozenset({"true", "1", "yes", "y", "on"})
 _FALSE = frozenset({"false", "0", "no", "n", "off", "", "none"})
 #: Template fields every operator has besides its spec fields (subclasses list them after their own).
-COMMON_TEMPLATE_FIELDS: tuple[str, ...] = ("spec_file", "conf", "env_vars", "full_refresh", "write_path")
+COMMON_TEMPLATE_FIELDS: tuple[str, ...] = (
+    "spec_file",
+    "conf",
+    "env_vars",
+    "full_refresh",
+    "write_path",
+    "storage_conn_id",
+)
+#: The task state store key of the output version a task instance last reported (see ``execute``).
+REPORTED_VERSION_KEY = "fkjoin_reported_output_version"
+
+
+def task_origin(context: Context) -> dict[str, Any]:
+    """The task instance running a refresh, recorded in the refresh's commit: what a retry looks for.
+
+    >>> task_origin(context)
+    {'dag_id': 'orders', 'run_id': 'scheduled__2025-01-01T00:00:00+00:00', 'task_id': 'join', 'map_index': -1,
+     'try_number': 2}
+    """
+    ti = context["ti"]
+    return {
+        "dag_id": ti.dag_id,
+        "run_id": ti.run_id,
+        "task_id": ti.task_id,
+        "map_index": ti.map_index,
+        "try_number": ti.try_number,
+    }
 
 
 def _read_spec_file(path: str | Path) -> dict[str, Any]:
@@ -128,16 +161,6 @@ def _normalised(ref: Any, field: str) -> Any:
     return ref
 
 
-def _dataset(location: str) -> tuple[str, str]:
-    """OpenLineage (namespace, name) of a table location: ``("file", "/abs")``, ``("s3://b", "key")``."""
-    location = check_location(location)
-    if "://" not in location:
-        return "file", location
-    scheme, rest = location.split("://", 1)
-    bucket, _, key = rest.partition("/")
-    return f"{scheme}://{bucket}", key or "/"
-
-
 class _FkJoinOperator(BaseOperator):
     """Shared machinery of the join operators; subclasses name the kind, fields and input sides.
 
@@ -148,6 +171,13 @@ class _FkJoinOperator(BaseOperator):
     :param write_path: ``auto`` (default: the engine commits net changes where it can prove them right,
         else MERGE) or ``merge`` (always Delta's MERGE; an escape hatch, templated).
     :param spark_ui: start the Spark driver's web UI (off by default: it exposes the job's conf).
+    :param storage_conn_id: an AWS, Google Cloud or Azure connection for object-store tables (templated):
+        the job's ``spark.hadoop.*`` settings and the ``deltalake`` options of the logs read without a JVM
+        (:mod:`airflow_provider_fkjoin.credentials`), so no credential is written in the DAG.
+    :param openlineage_inject_parent_job_info: name this task as the parent job in the Spark application's
+        own OpenLineage events (default ``[openlineage] spark_inject_parent_job_info``).
+    :param conn_id: the ``spark`` connection (spark-submit: local, standalone, YARN, Kubernetes) or a
+        ``spark_connect`` one (``sc://host:15002``: a long-lived Spark Connect server, no JVM per task).
     """
 
     kind: ClassVar[str] = ""
@@ -155,6 +185,8 @@ class _FkJoinOperator(BaseOperator):
     input_sides: ClassVar[tuple[str, ...]] = ()
     #: Other kinds a spec file may hold, with their input sides (the self-join takes a windowed join).
     other_kinds: ClassVar[dict[str, tuple[str, ...]]] = {}
+    #: Aliases of ``columns`` other than ``l`` and ``r`` (a stream-table join's ``s`` and ``t``).
+    column_aliases: ClassVar[dict[str, str]] = {}
     operator_extra_links = (SparkApplicationLink(), OutputTableLink())
     template_ext: Sequence[str] = ()
     ui_color = "#e8f0fe"
@@ -172,10 +204,14 @@ class _FkJoinOperator(BaseOperator):
         application: str | None = None,
         deploy_mode: str | None = None,
         storage_options: Mapping[str, str] | None = None,
+        storage_conn_id: str | None = None,
         spark_submit_kwargs: Mapping[str, Any] | None = None,
         full_refresh: bool | str = False,
         write_path: str = "auto",
         spark_ui: bool = False,
+        openlineage_inject_parent_job_info: bool = airflow_conf.getboolean(
+            "openlineage", "spark_inject_parent_job_info", fallback=False
+        ),
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -190,12 +226,15 @@ class _FkJoinOperator(BaseOperator):
         self.application = application
         self.deploy_mode = deploy_mode
         self.storage_options = dict(storage_options) if storage_options else None
+        self.storage_conn_id = storage_conn_id
         self.spark_submit_kwargs = dict(spark_submit_kwargs or {})
         self.full_refresh = full_refresh
         self.write_path = write_path
         self.spark_ui = spark_ui
+        self.openlineage_inject_parent_job_info = openlineage_inject_parent_job_info
         self._hook: FkJoinHook | None = None
         self._spec: dict[str, Any] | None = None
+        self._result: dict[str, Any] | None = None
         self._declare_assets()
 
     # -- spec -------------------------------------------------------------------------------------
@@ -264,6 +303,12 @@ class _FkJoinOperator(BaseOperator):
                 data[name] = value
         return data if isinstance(data, dict) else {}
 
+    @property
+    def output_alias(self) -> AssetAlias:
+        """The outlet through which a run that changed the output emits the output table's asset event:
+        named after the producing task, as alias names are global across DAGs."""
+        return AssetAlias(name=f"fkjoin:{self.dag_id}.{self.task_id}")
+
     def _declare_assets(self) -> None:
         def asset(ref: Any) -> Asset | None:
             location = _table_path(ref)
@@ -274,11 +319,9 @@ class _FkJoinOperator(BaseOperator):
             except ValueError:
                 return None
 
-        static = self._static_spec()
-        output = asset(static.get("output"))
-        if output is not None and output not in self.outlets:
-            self.outlets = [*self.outlets, output]
-        for _field, ref in self.input_refs(static):
+        if self.output_alias not in self.outlets:
+            self.outlets = [*self.outlets, self.output_alias]
+        for _field, ref in self.input_refs(self._static_spec()):
             source = asset(ref)
             if source is not None and source not in self.inlets:
                 self.inlets = [*self.inlets, source]
@@ -293,17 +336,28 @@ class _FkJoinOperator(BaseOperator):
             raise FkJoinBadInputError(str(error)) from error
 
     # -- execution --------------------------------------------------------------------------------
-    def make_hook(self) -> FkJoinHook:
-        """The hook for this run (built in ``execute``, never at parse time)."""
+    def make_hook(self, context: Context | None = None) -> FkJoinHook:
+        """The hook for this run (built in ``execute``, never at parse time). With
+        ``openlineage_inject_parent_job_info``, the job's conf names this task as the parent job of the
+        Spark application's own OpenLineage events (``spark.openlineage.parent*``), as the Spark
+        provider's SparkSubmitOperator does."""
+        conf = dict(self.conf)
+        if self.openlineage_inject_parent_job_info and context is not None:
+            from airflow.providers.common.compat.openlineage.utils.spark import (
+                inject_parent_job_information_into_spark_properties,
+            )
+
+            conf = inject_parent_job_information_into_spark_properties(conf, context)
         return FkJoinHook(
             self.conn_id,
-            conf=self.conf,
+            conf=conf,
             env_vars=self.env_vars,
             jars=self.jars,
             packages=self.packages,
             application=self.application,
             deploy_mode=self.deploy_mode,
             storage_options=self.storage_options,
+            storage_conn_id=self.storage_conn_id,
             spark_submit_kwargs=self.spark_submit_kwargs,
             spark_ui=self.spark_ui,
         )
@@ -317,15 +371,19 @@ class _FkJoinOperator(BaseOperator):
         output = _table_path(spec.get("output"))
         if output:
             push_link(context, OUTPUT_TABLE_XCOM_KEY, table_browser_url(output))
-        self._hook = self.make_hook()
-        if full_refresh:
-            self.log.info("%s: full refresh requested: the output is rebuilt from its inputs", self.kind)
-        result = self._hook.run(
-            spec,
-            on_spark_ui=lambda url: push_link(context, SPARK_UI_XCOM_KEY, url),
-            full_refresh=full_refresh,
-            write_path=write_path,
-        )
+        origin = task_origin(context)
+        result = self._earlier_try(context, output, origin)
+        if result is None:
+            self._hook = self.make_hook(context)
+            if full_refresh:
+                self.log.info("%s: full refresh requested: the output is rebuilt from its inputs", self.kind)
+            result = self._hook.run(
+                spec,
+                on_spark_ui=lambda url: push_link(context, SPARK_UI_XCOM_KEY, url),
+                full_refresh=full_refresh,
+                write_path=write_path,
+                origin=origin,
+            )
         self.log.info(
             "%s: mode=%s (%s) output version=%s rows=%s",
             self.kind,
@@ -334,15 +392,55 @@ class _FkJoinOperator(BaseOperator):
             (result.get("output") or {}).get("version"),
             result.get("rows"),
         )
+        self._result = result
         if output:
             self._record_asset_event(context, output, result)
+            if result.get("mode") != "noop":
+                context["task_state_store"].set(REPORTED_VERSION_KEY, result["output"]["version"])
         return result
 
+    def _earlier_try(
+        self, context: Context, output: str | None, origin: Mapping[str, Any]
+    ) -> dict[str, Any] | None:
+        """The refresh an earlier try of this task instance committed but never reported, or None.
+
+        A try can die after its commit (a lost worker, spark-submit killed during teardown); its retry
+        would find nothing to do and report a ``noop``. Instead it reports that commit (rows, versions,
+        an asset event). A commit this task instance already reported (it succeeded and was cleared to
+        run again) is not reported twice: the task state store holds the version reported last.
+        """
+        if not output or int(origin.get("try_number") or 1) <= 1:
+            return None
+        from airflow_provider_fkjoin.engine import refresh_by_origin
+
+        try:
+            options = resolve_storage_options(self.storage_options, self.storage_conn_id)
+            found = refresh_by_origin(output, origin, options)
+        except Exception as error:  # the refresh runs, and its own checks decide
+            self.log.warning(
+                "could not look for an earlier try's commit: %s: %s", type(error).__name__, error
+            )
+            return None
+        if found is None:
+            return None
+        if found["output"]["version"] == context["task_state_store"].get(REPORTED_VERSION_KEY):
+            return None
+        self.log.info(
+            "try %s of this task committed output version %s and did not report it: reporting that refresh",
+            found.get("origin", {}).get("try_number"),
+            found["output"]["version"],
+        )
+        return {**found, "reason": f"{found['reason']} (committed by try {found['origin']['try_number']})"}
+
     def _record_asset_event(self, context: Context, output: str, result: Mapping[str, Any]) -> None:
-        target = Asset(uri=table_uri(output))
-        if target not in self.outlets:
+        if not output_changed(result):
+            self.log.info(
+                "%s: the output did not change: no asset event for %s", self.kind, table_uri(output)
+            )
             return
-        context["outlet_events"][target].extra = asset_event_extra(result)
+        context["outlet_events"][self.output_alias].add(
+            Asset(uri=table_uri(output)), extra=asset_event_extra(result)
+        )
 
     def on_kill(self) -> None:
         if self._hook is not None:
@@ -352,22 +450,59 @@ class _FkJoinOperator(BaseOperator):
     def lineage_tables(self) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
         """OpenLineage (namespace, name) of the inputs and the output of the spec last run."""
         spec = self._spec or self._static_spec()
-        inputs = [_dataset(p) for _field, ref in self.input_refs(spec) if (p := _table_path(ref))]
+        inputs = [ol_dataset(p) for _field, ref in self.input_refs(spec) if (p := _table_path(ref))]
         output = _table_path(spec.get("output"))
-        return inputs, ([_dataset(output)] if output else [])
+        return inputs, ([ol_dataset(output)] if output else [])
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
-        """OpenLineage inputs and outputs (needs the ``[openlineage]`` extra; None without it)."""
+        """OpenLineage inputs and output with the Delta versions the refresh consumed and produced, and
+        column lineage from ``columns`` (needs the ``[openlineage]`` extra; None without it)."""
         try:
-            from airflow.providers.common.compat.openlineage.facet import Dataset
-            from airflow.providers.openlineage.extractors import OperatorLineage
+            from airflow_provider_fkjoin.lineage import operator_lineage
         except ImportError:
             return None
-        inputs, outputs = self.lineage_tables()
-        return OperatorLineage(
-            inputs=[Dataset(namespace=ns, name=name) for ns, name in inputs],
-            outputs=[Dataset(namespace=ns, name=name) for ns, name in outputs],
-        )
+        spec = self._spec or self._static_spec()
+        inputs = [(field, p) for field, ref in self.input_refs(spec) if (p := _table_path(ref))]
+        columns = spec.get("columns") if isinstance(spec.get("columns"), Mapping) else None
+        try:
+            return operator_lineage(
+                inputs,
+                _table_path(spec.get("output")),
+                result=self._result,
+                columns=columns,
+                aliases=self.column_aliases_of(spec),
+            )
+        except ImportError:
+            return None
+
+    def column_aliases_of(self, spec: Mapping[str, Any]) -> dict[str, str]:
+        """Which input each alias of ``columns`` names: ``{"l": "left", "r": "right"}`` for most kinds."""
+        sides = self.sides_of(spec)
+        if len(sides) == 2:
+            return {"l": sides[0], "r": sides[1], **self.column_aliases}
+        if len(sides) == 1:
+            return {"l": sides[0], "r": sides[0]}
+        return {}
+
+
+def output_changed(result: Mapping[str, Any]) -> bool:
+    """Whether a refresh changed its output, so consumers of the output's asset have something new: a
+    full rebuild (a new table, or one rebuilt in full), or any row inserted, updated or deleted. A
+    ``noop``, or an incremental refresh whose changes all cancelled out, changed nothing.
+
+    >>> output_changed({"mode": "noop", "rows": {}}), output_changed({"mode": "full", "rows": {}})
+    (False, True)
+    >>> output_changed({"mode": "incremental", "rows": {"inserted": 0, "updated": 2, "deleted": 0}})
+    True
+    """
+    if result.get("mode") == "noop":
+        return False
+    if result.get("mode") == "full":
+        return True
+    rows = result.get("rows") or {}
+    return any(
+        isinstance(rows.get(name), int) and rows[name] > 0 for name in ("inserted", "updated", "deleted")
+    )
 
 
 def asset_event_extra(result: Mapping[str, Any]) -> dict[str, Any]:
@@ -485,6 +620,7 @@ class StreamTableJoinOperator(_FkJoinOperator):
     kind = "stream_table_join"
     spec_fields = ("stream", "table", "key_mapper", "how", "columns", "allow_unbootstrapped_table", "output")
     input_sides = ("stream", "table")
+    column_aliases = {"s": "stream", "t": "table"}
     template_fields: Sequence[str] = (*map(_attr, spec_fields), *COMMON_TEMPLATE_FIELDS)
     template_fields_renderers = {"stream": "json", "table": "json", "columns": "json", "conf": "json"}
 

@@ -26,12 +26,29 @@ def write_table(path: Path, rows: list[int], metadata: dict[str, Any] | None = N
     return deltalake.DeltaTable(str(path)).version()
 
 
-def record_refresh(output: Path, consumed: dict[str, tuple[str, int]], kind: str = "foreign_key_join") -> int:
-    """Commit to ``output`` as an fkjoin refresh that consumed ``{side: (location, version)}``."""
-    metadata = {
-        "kind": kind,
-        "mode": "incremental",
-        "reason": "test",
-        "inputs": {side: {"location": loc, "version": ver} for side, (loc, ver) in consumed.items()},
-    }
+def record_refresh(
+    output: Path,
+    consumed: dict[str, tuple[str, int] | tuple[str, int, str | None]],
+    kind: str = "foreign_key_join",
+    origin: dict[str, Any] | None = None,
+    rows: dict[str, int] | None = None,
+) -> int:
+    """Commit to ``output`` as an fkjoin refresh that consumed ``{side: (location, version[, table_id])}``;
+    without a table id, the table's id now (None when it does not exist)."""
+    import deltalake
+
+    def table_id(location: str) -> str | None:
+        try:
+            return str(deltalake.DeltaTable(location).metadata().id)
+        except Exception:
+            return None
+
+    inputs = {}
+    for side, (loc, ver, *rest) in consumed.items():
+        inputs[side] = {"location": loc, "version": ver, "table_id": rest[0] if rest else table_id(loc)}
+    metadata = {"kind": kind, "mode": "incremental", "reason": "test", "inputs": inputs}
+    if origin:
+        metadata["origin"] = origin
+    if rows:
+        metadata["rows"] = rows  # as a net-change commit records them
     return write_table(output, [1], metadata)

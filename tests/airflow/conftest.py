@@ -38,6 +38,8 @@ FAKE_SPARK_SUBMIT = """\
 import json, os, sys
 with open(os.environ["FAKE_SUBMIT_RECORD"], "w") as f:
     json.dump(sys.argv[1:], f)
+with open(os.environ["FAKE_SUBMIT_RECORD"] + ".pid", "w") as f:
+    f.write(str(os.getpid()))
 scenario = json.loads(os.environ["FAKE_SUBMIT_SCENARIO"])
 for line in scenario.get("lines", []):
     print(line, flush=True)
@@ -47,7 +49,10 @@ if scenario.get("commit"):
     from airflow_support import record_refresh
     spec = json.loads(sys.argv[sys.argv.index("--spec-json") + 1])
     consumed = {{k: tuple(v) for k, v in scenario["commit"].items()}}
-    record_refresh(Path(spec["output"]["path"]), consumed)
+    record_refresh(Path(spec["output"]["path"]), consumed, origin=scenario.get("commit_origin"))
+if scenario.get("hang"):  # a long job: the test kills it, as Airflow kills a task's process group
+    import signal
+    signal.pause()
 sys.exit(scenario.get("exit", 0))
 """
 
@@ -73,6 +78,15 @@ def fake_spark_submit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterat
         @property
         def argv(self) -> list[str]:
             return json.loads(record.read_text())
+
+        @property
+        def ran(self) -> bool:
+            return record.exists()
+
+        @property
+        def pid(self) -> int | None:
+            pid_file = Path(f"{record}.pid")
+            return int(pid_file.read_text()) if pid_file.exists() and pid_file.read_text() else None
 
     fake = Fake()
     fake.scenario()

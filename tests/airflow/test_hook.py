@@ -4,9 +4,15 @@ subprocess)."""
 
 from __future__ import annotations
 
+import http.server
 import json
+import os
+import signal
 import sys
+import threading
+import time
 from pathlib import Path
+from typing import Any, ClassVar
 
 import pytest
 from airflow.providers.apache.spark.hooks import spark_submit
@@ -127,6 +133,7 @@ def test_yarn_cluster_connection_argv_env_vars_go_to_the_application_master(spar
         "--master", "yarn",
         "--conf", UI_OFF,
         "--conf", REDACTION,
+        "--conf", "spark.yarn.maxAppAttempts=1",
         "--conf", "spark.yarn.appMasterEnv.FKJOIN_TRACE=1",
         "--jars", "/opt/delta/delta-spark.jar,/opt/delta/delta-storage.jar",
         "--num-executors", "4",
@@ -415,3 +422,234 @@ def test_run_refuses_a_relative_output_path_naming_the_field(spark_conn, fake_sp
         FkJoinHook().run({**SPEC, "output": {"path": "out"}})
     with pytest.raises(FkJoinBadInputError, match=r"output\.path: .*scheme 'http'"):
         FkJoinHook().run({**SPEC, "output": {"path": "http://example.com/t"}})
+
+
+# -- cluster runs: no early return, the driver's exit code, kills that reach the application --------------
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (
+            {"spark_submit_kwargs": {"yarn_track_via_rm_api": True}},
+            r"spark_submit_kwargs\.yarn_track_via_rm_api",
+        ),
+        ({"spark_submit_kwargs": {"track_driver_via_k8s_api": True}}, r"track_driver_via_k8s_api"),
+        ({"conf": {"spark.yarn.submit.waitAppCompletion": "false"}}, r"waitAppCompletion=false"),
+        ({"conf": {"spark.kubernetes.submission.waitAppCompletion": "False"}}, r"waitAppCompletion=false"),
+    ],
+)
+def test_settings_that_return_before_the_refresh_ends_are_refused(spark_conn, options, message):
+    spark_conn({"conn_type": "spark", "host": "yarn", "extra": {"deploy-mode": "cluster"}})
+    with pytest.raises(FkJoinBadInputError, match=message):
+        FkJoinHook(**options).spark_submit_command(SPEC)
+
+
+def test_cluster_mode_on_a_standalone_master_is_refused(spark_conn):
+    spark_conn({"conn_type": "spark", "host": "spark://m", "port": 7077, "extra": {"deploy-mode": "cluster"}})
+    with pytest.raises(FkJoinBadInputError, match="does not run Python applications in cluster mode"):
+        FkJoinHook().spark_submit_command(SPEC)
+
+
+def test_the_task_instance_is_submitted_as_the_refresh_origin(spark_conn):
+    spark_conn({"conn_type": "spark", "host": "local[2]"})
+    origin = {"dag_id": "d", "run_id": "r", "task_id": "t", "map_index": -1, "try_number": 2}
+    assert FkJoinHook().spark_submit_command(SPEC, origin=origin)[-5:] == [
+        "run", "--origin", json.dumps(origin, sort_keys=True), "--spec-json", SPEC_JSON,
+    ]  # fmt: skip
+
+
+YARN_FAILED = [
+    "INFO Client: Submitted application application_1700000000000_0042",
+    "INFO Client: Application report for application_1700000000000_0042 (state: FINISHED)",
+    "\t diagnostics: User application exited with status {code}",
+    "\t final status: FAILED",
+    "ERROR Client: Application diagnostics message: User application exited with status {code}",
+    'Exception in thread "main" org.apache.spark.SparkException: Application '
+    "application_1700000000000_0042 finished with failed status",
+]
+
+
+@pytest.mark.parametrize(
+    ("code", "error"), [(65, FkJoinBadInputError), (75, FkJoinRetryableError), (1, FkJoinJobError)]
+)
+def test_yarn_cluster_mode_reads_the_drivers_exit_code_from_the_diagnostics(
+    spark_conn, fake_spark_submit, code, error
+):
+    """spark-submit exits 1 for any failed YARN application: the driver's code is in the diagnostics."""
+    spark_conn({"conn_type": "spark", "host": "yarn", "extra": {"deploy-mode": "cluster"}})
+    fake_spark_submit.scenario(lines=[line.format(code=code) for line in YARN_FAILED], exit=1)
+    with pytest.raises(error):
+        FkJoinHook().run(SPEC)
+
+
+@pytest.mark.parametrize(
+    ("code", "error"), [(65, FkJoinBadInputError), (75, FkJoinRetryableError), (2, FkJoinJobError)]
+)
+def test_kubernetes_cluster_mode_reads_the_driver_containers_exit_code(
+    spark_conn, fake_spark_submit, monkeypatch, code, error
+):
+    """spark-submit exits 0 on Kubernetes whatever the driver did; its container's exit code tells."""
+    monkeypatch.setattr(spark_submit, "kube_client", object(), raising=False)
+    spark_conn({"conn_type": "spark", "host": "k8s://https://k8s:443", "extra": {"deploy-mode": "cluster"}})
+    lines = ["\t pod name: fkjoin-0a1b-driver", "Container final statuses:", f"\t exit code: {code}"]
+    fake_spark_submit.scenario(lines=lines, exit=0)
+    with pytest.raises(error):
+        FkJoinHook(application="local:///opt/fkjoin/fkjoin_job.py").run(SPEC)
+
+
+def test_exit_2_is_bad_input_only_with_the_clis_error_line(spark_conn, fake_spark_submit):
+    """Python exits 2 when it cannot open the job file: a plain (retryable) failure, not bad input."""
+    spark_conn({"conn_type": "spark", "host": "local[2]"})
+    fake_spark_submit.scenario(lines=["python3: can't open file '/opt/x.py': [Errno 2]"], exit=2)
+    with pytest.raises(FkJoinJobError):
+        FkJoinHook().run(SPEC)
+
+
+def test_cluster_mode_takes_only_a_commit_of_its_own_origin(spark_conn, fake_spark_submit, tmp_path):
+    """A zombie driver's commit after the refresh started is not this refresh's result."""
+    output, left = tmp_path / "out", tmp_path / "left"
+    write_table(left, [1])
+    record_refresh(output, {"left": (str(left), 0)})
+    spark_conn({"conn_type": "spark", "host": "yarn", "extra": {"deploy-mode": "cluster"}})
+    ours = {"dag_id": "d", "run_id": "r", "task_id": "t", "map_index": -1, "try_number": 2}
+    zombie = {**ours, "try_number": 1}
+    fake_spark_submit.scenario(commit={"left": [str(left), 3]}, commit_origin=zombie)
+    result = FkJoinHook().run({**SPEC, "output": {"path": str(output)}}, origin=ours)
+    assert (result["mode"], result["output"]["version"]) == ("noop", 1)
+
+
+def _running(hook: FkJoinHook, spec: dict, seen: str) -> threading.Thread:
+    """Start ``hook.run(spec)`` in a thread; return once the Spark provider's hook has parsed attribute
+    ``seen`` (the YARN application id, the driver pod) from spark-submit's output."""
+    failures: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            hook.run(spec)
+        except BaseException as error:  # the killed job fails the run
+            failures.append(error)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.failures = failures  # type: ignore[attr-defined]
+    thread.start()
+    deadline = time.monotonic() + 60
+    while getattr(hook._submit_hook, seen, None) is None:
+        assert time.monotonic() < deadline, "spark-submit never printed " + seen
+        time.sleep(0.05)
+    return thread
+
+
+class _RecordingResourceManager(http.server.BaseHTTPRequestHandler):
+    requests: ClassVar[list[tuple[str, str, dict]]] = []
+
+    def do_PUT(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.requests.append(("PUT", self.path, body))
+        self.send_response(202)
+        self.end_headers()
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_on_kill_kills_a_yarn_application_after_spark_submit_is_gone(spark_conn, fake_spark_submit):
+    """Airflow signals the task's process group: spark-submit dies first, the application would go on.
+    The hook then kills it through the ResourceManager's REST API (a real HTTP server here)."""
+    server = http.server.HTTPServer(("127.0.0.1", 0), _RecordingResourceManager)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    _RecordingResourceManager.requests.clear()
+    try:
+        address = f"http://127.0.0.1:{server.server_address[1]}"
+        spark_conn(
+            {
+                "conn_type": "spark",
+                "host": "yarn",
+                "extra": {"deploy-mode": "cluster", "yarn_resourcemanager_webapp_address": address},
+            }
+        )
+        fake_spark_submit.scenario(lines=[YARN_FAILED[0]], hang=True)
+        hook = FkJoinHook()
+        thread = _running(hook, SPEC, "_yarn_application_id")
+        os.kill(fake_spark_submit.pid, signal.SIGKILL)  # the process group's SIGTERM got there first
+        thread.join(60)
+        hook.on_kill()
+        assert _RecordingResourceManager.requests == [
+            ("PUT", "/ws/v1/cluster/apps/application_1700000000000_0042/state", {"state": "KILLED"})
+        ]
+        assert thread.failures and isinstance(thread.failures[0], FkJoinJobError)
+    finally:
+        server.shutdown()
+
+
+def test_on_kill_deletes_the_kubernetes_driver_pod_after_spark_submit_is_gone(
+    spark_conn, fake_spark_submit, monkeypatch
+):
+    monkeypatch.setattr(spark_submit, "kube_client", object(), raising=False)
+    deleted: list[str] = []
+    monkeypatch.setattr(  # the Kubernetes API is the boundary: record the call
+        fkjoin_hook._CapturingSparkSubmitHook,
+        "_delete_driver_pod",
+        lambda self: deleted.append(self._kubernetes_driver_pod),
+    )
+    spark_conn({"conn_type": "spark", "host": "k8s://https://k8s:443", "extra": {"deploy-mode": "cluster"}})
+    fake_spark_submit.scenario(lines=["\t pod name: fkjoin-0a1b-driver"], hang=True)
+    hook = FkJoinHook(application="local:///opt/fkjoin/fkjoin_job.py")
+    thread = _running(hook, SPEC, "_kubernetes_driver_pod")
+    os.kill(fake_spark_submit.pid, signal.SIGKILL)
+    thread.join(60)
+    hook.on_kill()
+    assert deleted == ["fkjoin-0a1b-driver"]
+
+
+def test_a_kill_before_spark_submit_starts_stops_it_from_starting(spark_conn, fake_spark_submit):
+    spark_conn({"conn_type": "spark", "host": "local[2]"})
+    hook = FkJoinHook()
+    hook.on_kill()
+    with pytest.raises(FkJoinJobError, match="killed before its Spark application started"):
+        hook.run(SPEC)
+    assert not fake_spark_submit.ran
+
+
+# -- no JVM when nothing changed -------------------------------------------------------------------
+def _refreshed_output(tmp_path: Path) -> dict:
+    """Inputs written with deltalake and an output whose last refresh commit consumed them as they are
+    now, recorded as the engine records it (fingerprint, table ids, versions)."""
+    import deltalake
+
+    from airflow_provider_fkjoin.engine.spec import load_spec, spec_fingerprint
+
+    orders, customers, output = tmp_path / "orders", tmp_path / "customers", tmp_path / "out"
+    write_table(orders, [1])
+    write_table(customers, [1])
+    spec = {
+        **SPEC,
+        "left": {**SPEC["left"], "path": str(orders)},
+        "right": {**SPEC["right"], "path": str(customers)},
+        "output": {"path": str(output)},
+    }
+    consumed = {
+        side: {
+            "location": spec[side]["path"],
+            "table_id": str(deltalake.DeltaTable(spec[side]["path"]).metadata().id),
+            "version": 0,
+        }
+        for side in ("left", "right")
+    }
+    progress = {"format": 1, "seq": 1, "kind": "foreign_key_join", "mode": "full", "inputs": consumed,
+                "fingerprint": spec_fingerprint(load_spec(spec))}  # fmt: skip
+    write_table(output, [1], progress)
+    return spec
+
+
+def test_nothing_moved_returns_the_noop_without_spark_submit(spark_conn, fake_spark_submit, tmp_path):
+    spark_conn({"conn_type": "spark", "host": "local[2]"})
+    spec = _refreshed_output(tmp_path)
+    result = FkJoinHook().run(spec)
+    assert not fake_spark_submit.ran
+    assert (result["mode"], result["source"], result["output"]["version"]) == ("noop", "precheck", 0)
+    assert result["inputs"]["left"] == {"path": spec["left"]["path"], "from_version": 0, "to_version": 0}
+
+    fake_spark_submit.scenario(lines=[json.dumps(RESULT)])
+    assert FkJoinHook(noop_check=False).run(spec)["source"] == "driver_stdout"  # turned off: it runs
+    assert FkJoinHook().run(spec, full_refresh=True)["source"] == "driver_stdout"  # asked for: it runs
+    write_table(Path(spec["left"]["path"]), [2])
+    assert FkJoinHook().run(spec)["source"] == "driver_stdout"  # an input moved: it runs

@@ -5,13 +5,15 @@ The hook is replaced at its boundary (``FkJoinHook.run``): these tests need no S
 from __future__ import annotations
 
 import datetime as dt
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from airflow.sdk import DAG, Asset
+from airflow.sdk import DAG, Asset, AssetAlias
 from airflow.sdk.execution_time.context import OutletEventAccessors
+from airflow_support import record_refresh, write_table
 
 from airflow_provider_fkjoin.hooks.fkjoin import FkJoinBadInputError, FkJoinHook
 from airflow_provider_fkjoin.links import OUTPUT_TABLE_XCOM_KEY, SPARK_UI_XCOM_KEY
@@ -23,36 +25,74 @@ from airflow_provider_fkjoin.operators import (
     StreamTableJoinOperator,
     WindowedJoinOperator,
 )
-from airflow_provider_fkjoin.operators.joins import _FkJoinOperator, asset_event_extra, parse_flag
+from airflow_provider_fkjoin.operators.joins import (
+    REPORTED_VERSION_KEY,
+    _FkJoinOperator,
+    asset_event_extra,
+    output_changed,
+    parse_flag,
+)
 
 START = dt.datetime(2025, 1, 1, tzinfo=dt.UTC)
 
 
 class FakeTI:
-    """Records XCom pushes (the task-instance boundary)."""
+    """Records XCom pushes (the task-instance boundary); names the task instance like the real one."""
 
-    def __init__(self) -> None:
+    def __init__(self, try_number: int = 1) -> None:
         self.pushed: dict[str, Any] = {}
+        self.dag_id, self.run_id, self.task_id = "orders", "manual__2025-01-01", "join"
+        self.map_index, self.try_number = -1, try_number
 
     def xcom_push(self, key: str, value: Any) -> None:
         self.pushed[key] = value
+
+
+class FakeStateStore:
+    """``context["task_state_store"]``: kept across the tries of one task instance."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, Any] = {}
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.values.get(key, default)
+
+    def set(self, key: str, value: Any, retention: Any = None) -> None:
+        self.values[key] = value
 
 
 def context(**extra: Any) -> dict[str, Any]:
     return {
         "ti": FakeTI(),
         "outlet_events": OutletEventAccessors(),
+        "task_state_store": FakeStateStore(),
         "ds": "2025-01-01",
         "params": {},
         **extra,
     }
 
 
+def events(ctx: dict[str, Any], op: _FkJoinOperator) -> list[tuple[Asset, dict[str, Any]]]:
+    """The asset events a run emitted through the operator's alias: ``(asset, extra)``."""
+    return [
+        (Asset(name=e.dest_asset_key.name, uri=e.dest_asset_key.uri), e.extra)
+        for e in ctx["outlet_events"][op.output_alias].asset_alias_events
+    ]
+
+
+class Submitted(list):
+    """The specs the operator submitted, and the ``origin`` it passed with each."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.origins: list[dict[str, Any] | None] = []
+
+
 @pytest.fixture
-def submitted(monkeypatch) -> list[dict[str, Any]]:
+def submitted(monkeypatch) -> Submitted:
     """Replace FkJoinHook.run: record the spec (with ``full_refresh`` and ``write_path`` as
     ``spec["_full_refresh"]``, ``spec["_write_path"]``), report a Spark UI, return a result for the output."""
-    specs: list[dict[str, Any]] = []
+    specs = Submitted()
 
     def fake_run(
         self: FkJoinHook,
@@ -61,8 +101,10 @@ def submitted(monkeypatch) -> list[dict[str, Any]]:
         on_spark_ui=None,
         full_refresh: bool = False,
         write_path: str = "auto",
+        origin: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         specs.append({**spec, "_full_refresh": full_refresh, "_write_path": write_path})
+        specs.origins.append(origin)
         if on_spark_ui:
             on_spark_ui("http://driver:4040")
         sides = {
@@ -108,9 +150,10 @@ def test_foreign_key_join_spec_from_arguments():
     }
 
 
-def test_inputs_are_inlets_and_the_output_an_outlet():
-    op = fk_operator()
-    assert op.outlets == [Asset(uri="file:///w/orders_customers")]
+def test_inputs_are_inlets_and_the_outlet_an_alias_named_after_the_task():
+    with DAG("orders", schedule=None, start_date=START):
+        op = fk_operator()
+    assert op.outlets == [AssetAlias(name="fkjoin:orders.join")]
     assert op.inlets == [Asset(uri="file:///w/orders"), Asset(uri="file:///w/customers")]
 
 
@@ -121,14 +164,26 @@ def test_execute_returns_the_result_records_the_asset_event_and_pushes_links(sub
     assert result["output"]["version"] == 7
     assert submitted[0]["output"] == {"path": "/w/orders_customers"}
     assert submitted[0]["_full_refresh"] is False
-    event = ctx["outlet_events"][Asset(uri="file:///w/orders_customers")]
-    assert event.extra == {
-        "kind": "foreign_key_join",
-        "version": 7,
-        "mode": "incremental",
-        "rows": {"inserted": 2, "updated": 1, "deleted": 0},
-        "inputs": {"left": 4, "right": 4},
+    assert submitted.origins[0] == {
+        "dag_id": "orders",
+        "run_id": "manual__2025-01-01",
+        "task_id": "join",
+        "map_index": -1,
+        "try_number": 1,
     }
+    assert events(ctx, op) == [
+        (
+            Asset(uri="file:///w/orders_customers"),
+            {
+                "kind": "foreign_key_join",
+                "version": 7,
+                "mode": "incremental",
+                "rows": {"inserted": 2, "updated": 1, "deleted": 0},
+                "inputs": {"left": 4, "right": 4},
+            },
+        )
+    ]
+    assert ctx["task_state_store"].values == {REPORTED_VERSION_KEY: 7}
     assert ctx["ti"].pushed == {
         OUTPUT_TABLE_XCOM_KEY: "file:///w/orders_customers",
         SPARK_UI_XCOM_KEY: "http://driver:4040",
@@ -146,8 +201,10 @@ def test_spec_from_a_yaml_file_rendered_with_jinja_arguments_win(tmp_path: Path,
         "output: {path: /w/enriched}\n"
     )
     op = ForeignKeyJoinOperator(task_id="from_file", spec_file=str(spec_file), how="left")
-    assert op.outlets == [Asset(uri="file:///w/enriched")]  # known at parse time from the file
-    op.execute(context())
+    assert op.inlets == [Asset(uri="file:///w/customers")]  # the left path is templated
+    ctx = context()
+    op.execute(ctx)
+    assert events(ctx, op)[0][0] == Asset(uri="file:///w/enriched")
     assert submitted[0]["left"]["path"] == "/w/2025-01-01/orders"
     assert submitted[0]["how"] == "left"
 
@@ -170,7 +227,7 @@ def test_templated_arguments_are_rendered():
             key_mapper=["product_id"],
             output="{{ params.wh }}/orders_enriched",
         )
-    assert op.outlets == []  # a templated output is unknown at parse time: no static asset
+    assert op.outlets == [AssetAlias(name="fkjoin:templated.enrich")]  # the output is known at run time
     ctx = context(params={"wh": "/lake"})
     op.render_template_fields(ctx)
     spec = op.build_spec(ctx)
@@ -218,22 +275,21 @@ def test_unsafe_paths_are_refused_naming_the_field():
 
 def test_a_relative_output_fails_the_task_before_any_spark_job(submitted):
     op = fk_operator(output="out")
-    assert op.outlets == []  # not an asset either
     with pytest.raises(FkJoinBadInputError, match=r"output\.path: table location 'out' is relative"):
         op.execute(context())
     assert submitted == []
 
 
-def test_paths_are_normalised_as_the_engine_does():
+def test_paths_are_normalised_as_the_engine_does(submitted):
     spec = fk_operator(
         left={"path": "file:///w/./orders/", "key": ["order_id"]},
         output="/w/x/../orders_customers//",
     ).build_spec()
     assert spec["left"] == {"path": "/w/orders", "key": ["order_id"]}
     assert spec["output"] == {"path": "/w/orders_customers"}
-    assert fk_operator(output="/w/x/../orders_customers/").outlets == [
-        Asset(uri="file:///w/orders_customers")
-    ]
+    op, ctx = fk_operator(output="/w/x/../orders_customers/"), context()
+    op.execute(ctx)
+    assert [asset for asset, _ in events(ctx, op)] == [Asset(uri="file:///w/orders_customers")]
 
 
 # -- full refresh ------------------------------------------------------------------------------------
@@ -302,7 +358,7 @@ def test_an_invalid_spec_fails_before_any_spark_job(submitted):
 
 def test_object_store_output_asset_and_link(submitted):
     op = fk_operator(output="s3://lake/tables/orders_customers")
-    assert op.outlets == [Asset(uri="s3://lake/tables/orders_customers")]
+    assert op.outlets == [op.output_alias]
     ctx = context()
     op.execute(ctx)
     assert ctx["ti"].pushed[OUTPUT_TABLE_XCOM_KEY] == (
@@ -311,7 +367,7 @@ def test_object_store_output_asset_and_link(submitted):
 
 
 def test_lineage_tables():
-    op = fk_operator(output="s3://lake/tables/out")
+    op = fk_operator(output="s3a://lake/tables/out")  # Spark's s3a is OpenLineage's s3
     assert op.lineage_tables() == (
         [("file", "/w/orders"), ("file", "/w/customers")],
         [("s3://lake", "tables/out")],
@@ -323,6 +379,74 @@ def test_openlineage_facets_when_the_extra_is_installed():
     lineage = fk_operator().get_openlineage_facets_on_complete(None)
     assert [d.name for d in lineage.inputs] == ["/w/orders", "/w/customers"]
     assert [d.name for d in lineage.outputs] == ["/w/orders_customers"]
+    assert lineage.outputs[0].facets == {}  # not run: no versions, no columns
+
+
+def test_openlineage_carries_the_versions_consumed_and_produced_and_column_lineage(submitted):
+    """After a run: each input's Delta version consumed, the output's version produced, and which input
+    columns each output column is computed from (string literals read nothing)."""
+    pytest.importorskip("airflow.providers.openlineage")
+    from openlineage.client.serde import Serde
+
+    op = fk_operator(
+        columns={"amount": "l.amount", "label": "concat(r.`first name`, ' l.x ', l.amount)", "one": "1"}
+    )
+    op.execute(context())
+    lineage = op.get_openlineage_facets_on_complete(None)
+    assert [d.facets["version"].datasetVersion for d in lineage.inputs] == ["4", "4"]
+    output = json.loads(Serde.to_json(lineage.outputs[0]))
+    assert output["facets"]["version"]["datasetVersion"] == "7"
+    fields = output["facets"]["columnLineage"]["fields"]
+    assert set(fields) == {"amount", "label"}
+    assert fields["amount"]["inputFields"] == [
+        {"namespace": "file", "name": "/w/orders", "field": "amount", "transformations": []}
+    ]
+    assert fields["amount"]["transformationType"] == "IDENTITY"
+    assert [(f["name"], f["field"]) for f in fields["label"]["inputFields"]] == [
+        ("/w/customers", "first name"),
+        ("/w/orders", "amount"),
+    ]
+    assert fields["label"]["transformationType"] == "TRANSFORMATION"
+
+
+def test_parent_job_information_reaches_the_spark_conf_when_asked():
+    """As SparkSubmitOperator does: the Spark application's own OpenLineage events name this task."""
+    pytest.importorskip("airflow.providers.openlineage")
+
+    class DagRun:
+        conf: dict[str, Any] = {}
+        clear_number = 0
+        logical_date = run_after = START
+
+    class LineageTI(FakeTI):
+        logical_date, dag_run = START, DagRun()
+
+        def get_template_context(self) -> dict[str, Any]:
+            return {"dag_run": self.dag_run, "ti": self, "logical_date": self.logical_date}
+
+    ctx = context(ti=LineageTI(), dag_run=DagRun())
+    conf = fk_operator(openlineage_inject_parent_job_info=True, conf={"spark.x": "1"}).make_hook(ctx).conf
+    assert conf["spark.openlineage.parentJobName"] == "orders.join" and conf["spark.x"] == "1"
+    assert "spark.openlineage.parentRunId" in conf
+    assert not any(key.startswith("spark.openlineage") for key in fk_operator().make_hook(ctx).conf)
+
+
+def test_stream_table_join_lineage_reads_its_s_and_t_aliases(submitted):
+    pytest.importorskip("airflow.providers.openlineage")
+    op = StreamTableJoinOperator(
+        task_id="enrich",
+        stream={"path": "/w/orders_stream"},
+        table={"path": "s3a://lake/products", "key": ["product_id"]},
+        key_mapper=["product_id"],
+        columns={"name": "t.name", "qty": "s.qty"},
+        output="/w/enriched",
+    )
+    op.execute(context())
+    fields = op.get_openlineage_facets_on_complete(None).outputs[0].facets["columnLineage"].fields
+    assert [(f.namespace, f.name, f.field) for f in fields["name"].inputFields] == [
+        ("s3://lake", "products", "name")
+    ]
+    assert [(f.name, f.field) for f in fields["qty"].inputFields] == [("/w/orders_stream", "qty")]
 
 
 def test_asset_event_extra_keeps_only_scalars():
@@ -375,7 +499,7 @@ def windowed_operator(**kwargs: Any) -> WindowedJoinOperator:
 def test_windowed_join_spec_templates_inlets_and_outlet(submitted):
     op = windowed_operator(late_unmatched="emit_immediately")
     assert op.inlets == [Asset(uri="file:///w/impressions"), Asset(uri="file:///w/clicks")]
-    assert op.outlets == [Asset(uri="file:///w/ad_clicks")]
+    assert op.outlets == [op.output_alias]
     assert "window" in op.template_fields
     op.render_template_fields(context(params={"grace": "10m"}))
     op.execute(context())
@@ -405,7 +529,7 @@ def test_self_join_spec_inlet_and_outlet(submitted):
         output="/w/pairs",
     )
     assert op.inlets == [Asset(uri="file:///w/card_txns")]
-    assert op.outlets == [Asset(uri="file:///w/pairs")]
+    assert op.outlets == [op.output_alias]
     op.render_template_fields(context(params={"after": "10m"}))
     op.execute(context())
     assert submitted == [
@@ -539,7 +663,7 @@ def test_multiway_join_spec_templates_inlets_outlet_and_result(submitted):
         Asset(uri="file:///w/business"),
         Asset(uri="file:///w/owner"),
     ]
-    assert op.outlets == [Asset(uri="file:///w/business_reviews")]
+    assert op.outlets == [op.output_alias]
     assert {"inputs", "join", "schemas", "output_table", "enforce_pkey", "max_rows_per_join_key"} <= set(
         op.template_fields
     )
@@ -558,8 +682,9 @@ def test_multiway_join_spec_templates_inlets_outlet_and_result(submitted):
         }
     ]
     assert result["kind"] == "multiway_join" and result["output"]["version"] == 7
-    event = ctx["outlet_events"][Asset(uri="file:///w/business_reviews")]
-    assert event.extra["inputs"] == {"review": 4, "business": 4, "owner": 4}
+    [(asset, extra)] = events(ctx, op)
+    assert asset == Asset(uri="file:///w/business_reviews")
+    assert extra["inputs"] == {"review": 4, "business": 4, "owner": 4}
     assert op.lineage_tables() == (
         [("file", "/w/review"), ("file", "/w/business"), ("file", "/w/owner")],
         [("file", "/w/business_reviews")],
@@ -576,7 +701,7 @@ def test_multiway_join_templated_paths_are_rendered_and_normalised(submitted):
             ],
             output="{{ params.wh }}/x/../business_reviews",
         )
-    assert op.inlets == [] and op.outlets == []  # templated: unknown at parse time
+    assert op.inlets == [] and op.outlets == [op.output_alias]  # templated: known at run time
     ctx = context(params={"wh": "/lake"})
     op.render_template_fields(ctx)
     op.execute(ctx)
@@ -593,7 +718,7 @@ def test_multiway_join_takes_joinery_arguments_and_submits_them_as_they_are(subm
     the tables the join entries name, in join order."""
     op = MultiWayJoinOperator(task_id="business_reviews", **JOINERY)
     assert op.inlets == [Asset(uri="file:///w/business"), Asset(uri="file:///w/review")]
-    assert op.outlets == [Asset(uri="file:///w/business_reviews")]
+    assert op.outlets == [op.output_alias]
     op.execute(context())
     assert submitted == [{**JOINERY, "kind": "multiway_join", "_full_refresh": False, "_write_path": "auto"}]
     assert op.lineage_tables() == (
@@ -618,7 +743,7 @@ def test_multiway_join_takes_a_joinery_spec_file_rendered_with_jinja(submitted, 
         output={"path": "/w/reviews_by_business", "pkey": ["review_id"]},
     )
     assert op.inlets == [Asset(uri="file:///w/business")]  # the review path is templated
-    assert op.outlets == [Asset(uri="file:///w/reviews_by_business")]
+    assert op.outlets == [op.output_alias]
     op.execute(context())
     (spec,) = submitted
     assert spec["format"] == "joinery" and spec["kind"] == "multiway_join"
@@ -690,3 +815,65 @@ def test_multiway_join_refuses_a_spec_file_of_another_kind(tmp_path: Path):
     spec_file.write_text("kind: foreign_key_join\noutput: /w/x\n")
     with pytest.raises(FkJoinBadInputError, match=r"does not match MultiWayJoinOperator \(multiway_join\)"):
         MultiWayJoinOperator(task_id="br", spec_file=str(spec_file)).build_spec()
+
+
+# -- asset events only when the output changed; retries report what an earlier try committed --------------
+def test_output_changed():
+    assert not output_changed({"mode": "noop", "rows": {"inserted": 0}})
+    assert not output_changed({"mode": "incremental", "rows": {"inserted": 0, "updated": 0, "deleted": 0}})
+    assert output_changed({"mode": "incremental", "rows": {"inserted": 0, "updated": 0, "deleted": 1}})
+    assert output_changed({"mode": "full", "rows": {"inserted": 0}})  # a new or rebuilt table
+
+
+@pytest.mark.parametrize(
+    ("mode", "rows", "emitted"),
+    [
+        ("noop", {"inserted": 0, "updated": 0, "deleted": 0}, False),
+        ("incremental", {"inserted": 0, "updated": 0, "deleted": 0}, False),
+        ("incremental", {"inserted": 0, "updated": 3, "deleted": 0}, True),
+        ("full", {"inserted": 0, "updated": 0, "deleted": 0}, True),
+    ],
+)
+def test_an_event_only_when_the_output_changed(monkeypatch, mode, rows, emitted):
+    def fake_run(self, spec, **options):
+        return {"kind": spec["kind"], "mode": mode, "reason": "r", "rows": rows, "inputs": {},
+                "output": {"path": spec["output"]["path"], "version": 3}}  # fmt: skip
+
+    monkeypatch.setattr(FkJoinHook, "run", fake_run)
+    op, ctx = fk_operator(), context()
+    op.execute(ctx)
+    assert bool(events(ctx, op)) is emitted
+    assert (REPORTED_VERSION_KEY in ctx["task_state_store"].values) is (mode != "noop")
+
+
+def test_a_retry_reports_the_refresh_an_earlier_try_committed(tmp_path: Path, submitted):
+    """Try 1 committed output version 1 and died before reporting: try 2 reports that refresh (and emits
+    its event) without running another; a later re-run of the same task instance, after try 2 reported
+    it, runs a refresh again."""
+    orders, output = tmp_path / "orders", tmp_path / "out"
+    write_table(orders, [1])
+    write_table(output, [0])
+    origin = {"dag_id": "orders", "run_id": "manual__2025-01-01", "task_id": "join", "map_index": -1}
+    counts = {"inserted": 0, "updated": 2, "deleted": 1}
+    record_refresh(output, {"left": (str(orders), 0)}, origin={**origin, "try_number": 1}, rows=counts)
+    record_refresh(output, {"left": (str(orders), 0)}, origin={**origin, "task_id": "other", "try_number": 1})
+    op = fk_operator(output=str(output))
+    ctx = context(ti=FakeTI(try_number=2))
+    result = op.execute(ctx)
+    assert submitted == []
+    assert (result["mode"], result["output"]["version"], result["source"]) == ("incremental", 1, "delta_log")
+    assert result["origin"] == {**origin, "try_number": 1} and result["rows"] == counts
+    assert "committed by try 1" in result["reason"]
+    assert [asset for asset, _ in events(ctx, op)] == [Asset(uri=f"file://{output}")]
+
+    rerun = context(ti=FakeTI(try_number=3), task_state_store=ctx["task_state_store"])
+    op.execute(rerun)
+    assert len(submitted) == 1 and submitted.origins[0] == {**origin, "try_number": 3}
+
+
+def test_a_first_try_never_looks_for_an_earlier_commit(tmp_path: Path, submitted):
+    output = tmp_path / "out"
+    record_refresh(output, {}, origin={"dag_id": "orders", "run_id": "manual__2025-01-01", "task_id": "join",
+                                       "map_index": -1, "try_number": 1})  # fmt: skip
+    fk_operator(output=str(output)).execute(context())
+    assert len(submitted) == 1

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import shutil
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from airflow.sdk.exceptions import (
+    AirflowException,
     AirflowFailException,
     AirflowSensorTimeout,
     AirflowSkipException,
@@ -22,16 +24,44 @@ from airflow_support import record_refresh, write_table
 
 from airflow_provider_fkjoin.engine.watermarks import TableMissingError
 from airflow_provider_fkjoin.sensors import HighWatermarkSensor
+from airflow_provider_fkjoin.sensors.high_watermark import GOAL_KEY
 from airflow_provider_fkjoin.triggers import HighWatermarkTrigger
-from airflow_provider_fkjoin.triggers.high_watermark import classify_error, decide, pick_version_at
+from airflow_provider_fkjoin.triggers.high_watermark import (
+    Goal,
+    SourceRecreatedError,
+    check_source,
+    classify_error,
+    decide,
+)
 
 
 class FakeTI:
-    def __init__(self, first_reschedule: dt.datetime | None = None) -> None:
-        self.first_reschedule = first_reschedule
+    def __init__(self, try_number: int = 1) -> None:
+        self.try_number = try_number
 
-    def get_first_reschedule_date(self, context: Any) -> dt.datetime | None:
-        return self.first_reschedule
+
+class FakeStateStore:
+    """The task instance's state store (``context["task_state_store"]``): kept across pokes and tries."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, Any] = {}
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.values.get(key, default)
+
+    def set(self, key: str, value: Any, retention: Any = None) -> None:
+        self.values[key] = value
+
+
+def ctx(store: FakeStateStore | None = None, try_number: int = 1) -> dict[str, Any]:
+    return {"ti": FakeTI(try_number), "task_state_store": store if store is not None else FakeStateStore()}
+
+
+def recreate(path: Path, rows: list[list[int]]) -> None:
+    """Drop the table at ``path`` and write a new one there (a new Delta table id, versions from 0)."""
+    shutil.rmtree(path)
+    for batch in rows:
+        write_table(path, batch)
 
 
 @pytest.fixture
@@ -62,23 +92,24 @@ def test_decide():
     assert decide(None, 0, now=0, deadline=10).status == "wait"
     assert decide(2, 3, now=10, deadline=10).status == "timeout"
     assert decide(3, 3, now=99, deadline=10).status == "done"  # reached beats late
+    same = decide(3, 3, now=0, deadline=None, reached_table_id="a", wanted_table_id="a")
+    assert same.status == "done"
+    other = decide(9, 3, now=0, deadline=None, reached_table_id="old", wanted_table_id="new")
+    assert other.status == "wait" and "earlier table" in other.message
+
+
+def test_check_source():
+    check_source("/w/s", Goal(3, "a"), "a")
+    check_source("/w/s", Goal(3, None), "b")  # a goal without a table id is not checked
+    with pytest.raises(SourceRecreatedError, match=r"/w/s was recreated \(table id a -> b\)"):
+        check_source("/w/s", Goal(3, "a"), "b")
+    assert classify_error(SourceRecreatedError("x")) == "permanent"
 
 
 def test_classify_error():
     assert classify_error(TableMissingError("gone")) == "permanent"
     assert classify_error(ValueError("bad")) == "permanent"
     assert classify_error(OSError("network")) == "transient"
-
-
-def test_pick_version_at():
-    history = [
-        {"version": 2, "timestamp": 300},
-        {"version": 1, "timestamp": 200},
-        {"version": 0, "timestamp": 100},
-    ]
-    assert pick_version_at(history, 250) == 1
-    assert pick_version_at(history, 300) == 2
-    assert pick_version_at(history, 50) is None
 
 
 # -- trigger -----------------------------------------------------------------------------------------
@@ -90,6 +121,8 @@ def test_trigger_serialisation_round_trip():
         poll_interval=5,
         deadline=1.5e9,
         storage_options={"a": "b"},
+        wanted_table_id="t-1",
+        storage_conn_id="aws_lake",
     )
     classpath, kwargs = trigger.serialize()
     assert classpath == "airflow_provider_fkjoin.triggers.high_watermark.HighWatermarkTrigger"
@@ -100,7 +133,9 @@ def test_trigger_serialisation_round_trip():
         "target": "/w/t",
         "wanted_version": 3,
         "source": "/w/s",
+        "wanted_table_id": "t-1",
         "storage_options": {"a": "b"},
+        "storage_conn_id": "aws_lake",
         "poll_interval": 5.0,
         "deadline": 1.5e9,
         "max_transient_errors": 5,
@@ -178,7 +213,7 @@ def test_trigger_retries_transient_errors_then_gives_up(tables, monkeypatch):
 
     monkeypatch.setattr(trigger, "observe", flaky)
     event = first_event(trigger)
-    assert event["status"] == "error"
+    assert event["status"] == "transient_error"  # not "error": the task's retries are still worth it
     assert len(calls) == 3
 
 
@@ -198,6 +233,24 @@ def test_trigger_recovers_from_a_transient_error(tables, monkeypatch):
     assert first_event(trigger)["status"] == "success"
 
 
+def test_trigger_fails_when_the_source_was_recreated_after_the_goal(tables):
+    source, target = tables
+    goal_id = deltalake_id(source)
+    recreate(source, [[1]])
+    event = first_event(
+        HighWatermarkTrigger(
+            target=str(target), source=str(source), wanted_version=2, wanted_table_id=goal_id, poll_interval=0
+        )
+    )
+    assert event["status"] == "error" and "was recreated" in event["message"]
+
+
+def deltalake_id(path: Path) -> str:
+    import deltalake
+
+    return str(deltalake.DeltaTable(str(path)).metadata().id)
+
+
 # -- sensor ------------------------------------------------------------------------------------------
 def sensor(**kwargs: Any) -> HighWatermarkSensor:
     return HighWatermarkSensor(**{"task_id": "wait", "poke_interval": 1, "timeout": 60, **kwargs})
@@ -206,12 +259,12 @@ def sensor(**kwargs: Any) -> HighWatermarkSensor:
 def test_sensor_captures_the_source_high_watermark_when_it_starts(tables):
     source, target = tables
     op = sensor(target=str(target), source=str(source))
-    ctx = {"ti": FakeTI()}
-    assert op.wanted_version(ctx) == 2
-    assert not op.poke(ctx)  # consumed 1 < 2
+    context = ctx()
+    assert op.goal(context) == Goal(2, deltalake_id(source))
+    assert not op.poke(context)  # consumed 1 < 2
     record_refresh(target, {"source": (str(source), 2)})
     write_table(source, [4])  # a newer source version after the start does not move the goal
-    done = op.poke(ctx)
+    done = op.poke(context)
     assert done
     assert done.xcom_value == {
         "target": str(target),
@@ -221,28 +274,53 @@ def test_sensor_captures_the_source_high_watermark_when_it_starts(tables):
     }
 
 
-def test_sensor_in_reschedule_mode_uses_the_version_as_of_its_first_start(tables):
+def test_the_goal_never_drifts_across_reschedules_and_is_new_on_the_next_try(tables):
+    """Reschedule mode runs each poke in a new process: a new sensor object, the same state store."""
     source, target = tables
-    started = dt.datetime.now(dt.UTC)
-    write_table(source, [4])  # version 3, committed after the sensor started
-    op = sensor(target=str(target), source=str(source), mode="reschedule")
-    assert op.wanted_version({"ti": FakeTI(first_reschedule=started)}) == 2
-    assert op.wanted_version({"ti": FakeTI(first_reschedule=None)}) == 3
+    store = FakeStateStore()
+    assert sensor(target=str(target), source=str(source), mode="reschedule").goal(ctx(store)).version == 2
+    for batch in range(300):  # a busy source: far more commits than any history window
+        write_table(source, [batch])
+    again = sensor(target=str(target), source=str(source), mode="reschedule")
+    assert again.goal(ctx(store)).version == 2
+    assert store.values[GOAL_KEY] == {"try_number": 1, "version": 2, "table_id": deltalake_id(source)}
+    retry = sensor(target=str(target), source=str(source), mode="reschedule")
+    assert retry.goal(ctx(store, try_number=2)).version == 302
+
+
+def test_a_recreated_source_is_not_caught_up_by_the_old_tables_versions(tables):
+    source, target = tables
+    record_refresh(target, {"source": (str(source), 2)})  # the target consumed the old table up to 2
+    recreate(source, [[1], [2]])  # new table at version 1
+    op = sensor(target=str(target), source=str(source))
+    assert op.goal(ctx()) == Goal(1, deltalake_id(source))
+    waiting = op.poke(ctx())
+    assert not waiting and waiting.xcom_value["reached_version"] == 2
+    record_refresh(target, {"source": (str(source), 1)})  # the join rebuilt from the new table
+    assert op.poke(ctx())
+
+
+def test_a_source_recreated_while_waiting_fails_fast(tables):
+    source, target = tables
+    op = sensor(target=str(target), source=str(source))
+    op.goal(ctx())
+    recreate(source, [[1], [2], [3], [4]])
+    with pytest.raises(AirflowFailException, match="was recreated"):
+        op.poke(ctx())
 
 
 def test_sensor_explicit_version_from_xcom_template(tables):
     source, target = tables
     op = sensor(target=str(target), source=str(source), version="1")
-    ctx = {"ti": FakeTI()}
-    assert op.wanted_version(ctx) == 1
-    assert op.poke(ctx)
+    assert op.goal(ctx()) == Goal(1, deltalake_id(source))
+    assert op.poke(ctx())
 
 
 def test_sensor_without_source_compares_the_tables_own_version(tables):
     source, _ = tables
     op = sensor(target=str(source), version=2)
-    assert op.poke({"ti": FakeTI()})
-    assert not sensor(target=str(source), version=3).poke({"ti": FakeTI()})
+    assert op.poke(ctx())
+    assert not sensor(target=str(source), version=3).poke(ctx())
 
 
 def test_sensor_needs_a_source_or_a_version():
@@ -254,12 +332,25 @@ def test_sensor_fails_fast_on_a_missing_table(tables, tmp_path):
     source, target = tables
     op = sensor(target=str(target), source=str(tmp_path / "nope"), version=1)
     with pytest.raises(AirflowFailException, match="TableMissingError"):
-        op.poke({"ti": FakeTI()})
-    assert (
-        sensor(target=str(tmp_path / "not_yet"), source=str(source)).poke({"ti": FakeTI()}).is_done is False
-    )
+        op.poke(ctx())
+    assert sensor(target=str(tmp_path / "not_yet"), source=str(source)).poke(ctx()).is_done is False
     with pytest.raises(AirflowFailException, match="TableMissingError"):
-        sensor(target=str(source), source=str(tmp_path / "nope")).wanted_version({"ti": FakeTI()})
+        sensor(target=str(source), source=str(tmp_path / "nope")).goal(ctx())
+
+
+def test_sensor_transient_errors_fail_the_try_retryably(tables, monkeypatch):
+    source, target = tables
+    op = sensor(target=str(target), source=str(source), max_transient_errors=1)
+    op.goal(ctx())
+    from airflow_provider_fkjoin.sensors import high_watermark as module
+
+    def flaky(*args: Any) -> Any:
+        raise OSError("connection reset")
+
+    monkeypatch.setattr(module, "observe", flaky)
+    assert not op.poke(ctx())
+    with pytest.raises(OSError, match="connection reset"):
+        op.poke(ctx())
 
 
 def test_deferrable_sensor_defers_with_a_serialisable_trigger(tables):
@@ -267,13 +358,14 @@ def test_deferrable_sensor_defers_with_a_serialisable_trigger(tables):
     op = sensor(target=str(target), source=str(source), deferrable=True, timeout=600)
     before = time.time()
     with pytest.raises(TaskDeferred) as deferred:
-        op.execute({"ti": FakeTI()})
+        op.execute(ctx())
     trigger = deferred.value.trigger
     assert isinstance(trigger, HighWatermarkTrigger)
     assert deferred.value.method_name == "execute_complete"
     assert deferred.value.timeout == dt.timedelta(seconds=600)
     _, kwargs = trigger.serialize()
     assert (kwargs["target"], kwargs["source"], kwargs["wanted_version"]) == (str(target), str(source), 2)
+    assert kwargs["wanted_table_id"] == deltalake_id(source)
     assert before + 600 <= kwargs["deadline"] <= time.time() + 600
 
 
@@ -281,10 +373,21 @@ def test_deferrable_sensor_defers_even_when_already_done_and_its_trigger_fires_a
     source, target = tables
     op = sensor(target=str(target), source=str(source), version=1, deferrable=True)
     with pytest.raises(TaskDeferred) as deferred:
-        op.execute({"ti": FakeTI()})
+        op.execute(ctx())
     event = first_event(deferred.value.trigger)
     assert (event["status"], event["reached_version"]) == ("success", 1)
-    assert op.execute_complete({"ti": FakeTI()}, event)["reached_version"] == 1
+    assert op.execute_complete(ctx(), event)["reached_version"] == 1
+
+
+def test_deferred_trigger_fires_when_the_target_catches_up(tables):
+    source, target = tables
+    op = sensor(target=str(target), source=str(source), deferrable=True)
+    with pytest.raises(TaskDeferred) as deferred:
+        op.execute(ctx())
+    record_refresh(target, {"source": (str(source), 2)})
+    event = first_event(deferred.value.trigger)
+    assert (event["status"], event["reached_version"]) == ("success", 2)
+    assert op.execute_complete(ctx(), event)["reached_version"] == 2
 
 
 def test_deferrable_defaults_to_the_operators_config(monkeypatch):
@@ -311,3 +414,6 @@ def test_execute_complete():
         sensor(target="/w/t", version=1, soft_fail=True).execute_complete({}, {"status": "timeout"})
     with pytest.raises(AirflowFailException, match="gone"):
         op.execute_complete({}, {"status": "error", "message": "gone"})
+    with pytest.raises(AirflowException, match="reset") as raised:
+        op.execute_complete({}, {"status": "transient_error", "message": "reset"})
+    assert not isinstance(raised.value, AirflowFailException)  # retries go on, as in poke mode

@@ -176,18 +176,54 @@ def _screenshot(url: str, target: Path, profile: Path) -> None:
     assert target.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_kip99_example_dag_on_real_airflow(airflow_stack: AirflowStack, tmp_path: Path) -> None:
-    stack = airflow_stack
-    services = stack.services
+JOIN_DAG = "fkjoin_kip213_fk_join"
+REPORT_DAG = "fkjoin_orders_report"
 
-    def dag_parsed() -> Any:
+
+def _parsed(stack: AirflowStack, dag_id: str) -> Any:
+    def parsed() -> Any:
         try:
-            return stack.api("GET", f"/dags/{DAG_ID}")
+            return stack.api("GET", f"/dags/{dag_id}")
         except AssertionError:
             return None
 
-    dag = wait_for(dag_parsed, timeout_s=180, what=f"the dag-processor to parse {DAG_ID}", services=services)
+    dag = wait_for(
+        parsed, timeout_s=180, what=f"the dag-processor to parse {dag_id}", services=stack.services
+    )
     assert not dag.get("has_import_errors"), stack.api("GET", "/importErrors")
+    return dag
+
+
+def _run_to_end(stack: AirflowStack, dag_id: str, conf: dict[str, Any]) -> str:
+    """Trigger ``dag_id`` with ``conf`` over the REST API; its run id once it succeeded."""
+    run_id = stack.api("POST", f"/dags/{dag_id}/dagRuns", {"logical_date": None, "conf": conf})["dag_run_id"]
+    path = f"/dags/{dag_id}/dagRuns/{quote(run_id, safe='')}"
+
+    def finished() -> str | None:
+        state = stack.api("GET", path)["state"]
+        return state if state in ("success", "failed") else None
+
+    final = wait_for(finished, timeout_s=600, what=f"{dag_id} run {run_id}", services=stack.services)
+    assert final == "success", f"{dag_id} {run_id}: {stack.api('GET', f'{path}/taskInstances')}"
+    return run_id
+
+
+def _report_runs(stack: AirflowStack) -> list[dict[str, Any]]:
+    return stack.api("GET", f"/dags/{REPORT_DAG}/dagRuns?order_by=run_after")["dag_runs"]
+
+
+def _finished_report_runs(stack: AirflowStack, count: int) -> list[dict[str, Any]]:
+    def done() -> list[dict[str, Any]] | None:
+        runs = _report_runs(stack)
+        return runs if len(runs) >= count and all(r["state"] in ("success", "failed") for r in runs) else None
+
+    return wait_for(done, timeout_s=600, what=f"{count} run(s) of {REPORT_DAG}", services=stack.services)
+
+
+def test_kip99_example_dag_on_real_airflow(airflow_stack: AirflowStack, tmp_path: Path) -> None:
+    stack = airflow_stack
+    services = stack.services
+    _parsed(stack, DAG_ID)
     stack.api("PATCH", f"/dags/{DAG_ID}", {"is_paused": False})
     run = stack.api("POST", f"/dags/{DAG_ID}/dagRuns", {"logical_date": None, "conf": {}})
     run_id = run["dag_run_id"]
@@ -255,3 +291,39 @@ def test_kip99_example_dag_on_real_airflow(airflow_stack: AirflowStack, tmp_path
     )
     ran = any(" starting" in log.read_text(errors="replace") for log in trigger_logs)
     assert picked_up or ran, (sensor_seen, trigger_logs)
+
+
+def test_an_asset_scheduled_dag_runs_only_when_the_join_changed_its_output(
+    airflow_stack: AirflowStack,
+) -> None:
+    """The KIP-213 join emits its output's asset event only when the refresh changed the output. A run
+    with nothing new (seed off) is a noop decided from the Delta logs without Spark, and emits nothing:
+    the report DAG scheduled on the output runs after the first and the third join runs, never the
+    second. Its second run's triggering events prove it: they come from the third run alone."""
+    stack = airflow_stack
+    for dag_id in (JOIN_DAG, REPORT_DAG):
+        _parsed(stack, dag_id)
+        stack.api("PATCH", f"/dags/{dag_id}", {"is_paused": False})
+
+    first = _run_to_end(stack, JOIN_DAG, {})
+    [report] = _finished_report_runs(stack, 1)
+    assert report["state"] == "success" and report["run_type"] == "asset_triggered", report
+
+    quiet = _run_to_end(stack, JOIN_DAG, {"seed": False})
+    path = f"/dags/{JOIN_DAG}/dagRuns/{quote(quiet, safe='')}/taskInstances/orders_customers"
+    result = stack.api("GET", f"{path}/xcomEntries/return_value")["value"]
+    result = json.loads(result) if isinstance(result, str) else result
+    assert (result["mode"], result["source"]) == ("noop", "precheck"), result
+    quiet_events = stack.api(
+        "GET", f"/assets/events?source_dag_id={JOIN_DAG}&source_run_id={quote(quiet, safe='')}"
+    )
+    assert quiet_events["asset_events"] == [], quiet_events
+
+    third = _run_to_end(stack, JOIN_DAG, {})
+    runs = _finished_report_runs(stack, 2)
+    assert len(runs) == 2 and all(r["state"] == "success" for r in runs), runs
+    upstream = stack.api(
+        "GET", f"/dags/{REPORT_DAG}/dagRuns/{quote(runs[1]['dag_run_id'], safe='')}/upstreamAssetEvents"
+    )["asset_events"]
+    assert {event["source_run_id"] for event in upstream} == {third}, (first, quiet, third, upstream)
+    assert all(event["uri"].endswith("/orders_customers") for event in upstream), upstream
