@@ -8,6 +8,7 @@
     fkjoin status spec.yaml              # versions consumed, lag behind each input, last refresh
     fkjoin audit spec.yaml               # recompute at the consumed versions, compare; writes nothing
     fkjoin demo                          # a small incremental foreign-key join on local Spark
+    fkjoin connect-server --port 15002   # a Spark Connect server with Delta, for --master sc://...
 
 Exit code 0 on success, and 3 for an ``audit`` that found the output differing from the recompute. On
 failure the first stderr line is ``error: <Type>: <message>`` (the Airflow hook reads it), and the exit
@@ -26,6 +27,8 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
+import shutil
 import sys
 import traceback
 from pathlib import Path
@@ -42,11 +45,48 @@ CAUSE_LINES = 5
 _MAX_CAUSE_DEPTH = 64
 
 
+_connect_sessions: list[Any] = []
+
+
 def _spark(args: argparse.Namespace) -> Any:
     from airflow_provider_fkjoin.engine import get_spark
+    from airflow_provider_fkjoin.engine.session import is_connect
 
     conf = dict(item.split("=", 1) for item in args.conf or [])
-    return get_spark(args.master, conf=conf)
+    spark = get_spark(args.master, conf=conf)
+    if is_connect(spark):
+        _connect_sessions.append(spark)
+    return spark
+
+
+def _release_connect_sessions() -> None:
+    """End this run's Spark Connect sessions: the server frees them now, not at its idle timeout."""
+    while _connect_sessions:
+        try:
+            _connect_sessions.pop().stop()
+        except Exception as error:  # the server may be gone: the run's own outcome is what matters
+            print(f"warning: could not release the Spark Connect session: {error}", file=sys.stderr)
+
+
+def _cmd_connect_server(args: argparse.Namespace) -> dict[str, Any]:
+    """Exec a Spark Connect server with Delta (never returns)."""
+    from airflow_provider_fkjoin.engine.session import connect_server_argv
+
+    conf = dict(item.split("=", 1) for item in args.conf or [])
+    beside = Path(sys.executable).parent / "spark-submit"  # pip's pyspark, in this environment
+    spark_submit = shutil.which("spark-submit") or (str(beside) if beside.exists() else "spark-submit")
+    argv = connect_server_argv(
+        host=args.host, port=args.port, master=args.master or "local[*]", conf=conf, spark_submit=spark_submit
+    )
+    import pyspark
+
+    env = dict(os.environ)
+    # pip's spark-submit finds Spark through a Python of its own choosing unless told: tell it.
+    env.setdefault("SPARK_HOME", str(Path(pyspark.__file__).resolve().parent))
+    env.setdefault("PYSPARK_PYTHON", sys.executable)
+    sys.stdout.flush()
+    os.execvpe(argv[0], argv, env)  # noqa: S606 - an argv list, no shell
+    raise AssertionError("unreachable")
 
 
 def _spec_arg(args: argparse.Namespace) -> Any:
@@ -156,6 +196,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=0,
         help="list up to this many keys of each kind of difference (key values; default 0)",
     )
+    server = commands.add_parser(
+        "connect-server",
+        help="run a Spark Connect server with Delta (clients then use --master sc://HOST:PORT)",
+    )
+    server.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    server.add_argument("--port", type=int, default=15002, help="port to listen on (default 15002)")
+    server.set_defaults(handler=_cmd_connect_server)
+    subs.append(server)
     demo = commands.add_parser("demo", help="run a small incremental foreign-key join")
     demo.add_argument("--warehouse", default="demo-warehouse", help="folder for the demo's Delta tables")
     demo.set_defaults(handler=_cmd_demo)
@@ -299,11 +347,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = args.handler(args)
     except FkJoinError as exc:
+        _release_connect_sessions()
         print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
         if args.verbose:
             traceback.print_exception(exc, file=sys.stderr)
         return EXIT_RETRY if exc.retryable else EXIT_BAD_INPUT
     except Exception as exc:
+        _release_connect_sessions()
         print(f"error: {type(exc).__name__}: {_summary(exc)}", file=sys.stderr)
         for line in root_cause_lines(exc):
             print(line, file=sys.stderr)
@@ -313,6 +363,7 @@ def main(argv: list[str] | None = None) -> int:
             print("(run with -v for the Python traceback)", file=sys.stderr)
         sys.stderr.flush()
         return EXIT_ERROR
+    _release_connect_sessions()
     print(json.dumps(result, default=str), flush=True)
     if result.get("mode") == "audit" and not result.get("consistent", True):
         return EXIT_AUDIT_DIFFERS

@@ -738,6 +738,25 @@ def write(spark, rows, schema, path: Path, mode: str = "overwrite", cdf: bool = 
     writer.save(str(path))
 
 
+def orders_customers(
+    spark, warehouse: Path, orders: list[tuple], customers: list[tuple], how: str = "left"
+) -> tuple[dict[str, Any], Path, Path, Path]:
+    """``orders`` and ``customers`` written in ``warehouse`` (CDF on), and the foreign-key join spec over
+    them into ``warehouse/out``: ``(spec, orders_path, customers_path, out_path)``."""
+    paths = warehouse / "orders", warehouse / "customers", warehouse / "out"
+    write(spark, orders, ORDERS, paths[0])
+    write(spark, customers, CUSTOMERS, paths[1])
+    spec = {
+        "kind": "foreign_key_join",
+        "left": {"path": str(paths[0]), "key": ["order_id"]},
+        "right": {"path": str(paths[1]), "key": ["customer_id"]},
+        "foreign_key": ["customer_id"],
+        "how": how,
+        "output": {"path": str(paths[2])},
+    }
+    return (spec, *paths)
+
+
 def rows_at(spark, path: Path | str, version: int | None = None) -> list[dict[str, Any]]:
     reader = spark.read.format("delta")
     if version is not None:

@@ -6,7 +6,7 @@ analyses expressions against a tiny empty probe (no job) and runs a handful of o
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -16,13 +16,19 @@ from pyspark.sql import functions as F
 from airflow_provider_fkjoin.engine.errors import InputDataError, SpecError
 from airflow_provider_fkjoin.engine.expressions import (
     CONSTRUCTS,
+    _text_construct,
     check_expressions,
     input_data_error,
     parse_row_failure,
+    plan_text_classes,
     refused_construct,
     row_errors,
     schema_probe,
 )
+from airflow_provider_fkjoin.engine.expressions import (
+    _registries as _function_classes_cache,
+)
+from airflow_provider_fkjoin.engine.internals import analysed_node_classes
 
 LEFT_SCHEMA = "id INT, s STRING, z INT, d DATE, ts TIMESTAMP, xs ARRAY<INT>"
 RIGHT_SCHEMA = "id INT, v STRING, m MAP<STRING, INT>"
@@ -484,3 +490,48 @@ def test_without_a_fragment_every_candidate_field_is_named() -> None:
     assert "columns.b" in message
     assert "columns.c" not in message  # no cast there
     assert "10000000000L" in message
+
+
+# --------------------------------------------------------------------------------------------------------
+# Spark Connect's reading (plan text and function registry) gives the same verdicts as the plan itself
+# --------------------------------------------------------------------------------------------------------
+
+
+def _verdict(probe: DataFrame, text: str, classes_of: Callable[[DataFrame, str], set[str]]) -> str | None:
+    """The construct ``check_expressions`` would name for ``text`` (its first words), read one way."""
+    frame = probe.select(F.expr(text))
+    construct = refused_construct(classes_of(frame, text), classes_of(probe, ""), text)
+    return None if construct is None else construct.split(" (", 1)[0]
+
+
+def _from_the_plan(frame: DataFrame, _text: str) -> set[str]:
+    return analysed_node_classes(frame)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [text for text, _ in REFUSED if _text_construct(text) is None]
+    + ALLOWED
+    + [
+        "concat('rand()', l.s)",  # a call only inside a string literal
+        "concat(l.s, 'current_timestamp()')",
+        "transform(l.xs, user -> user + 1)",  # a lambda variable named like a function
+        "unix_timestamp(l.ts)",
+        "`rand`(1) IS NULL OR true",
+    ],
+)
+def test_the_connect_reading_agrees_with_the_analysed_plan(probe: DataFrame, text: str) -> None:
+    """``plan_text_classes`` (public APIs, what Spark Connect allows) against ``analysed_node_classes``
+    (the analysed plan's own classes, through py4j), on every expression these tests refuse or allow."""
+    try:
+        probe.select(F.expr(text)).schema  # noqa: B018 - the expressions analysis rejects have no verdict
+    except Exception:
+        pytest.skip("fails analysis: a SpecError either way")
+    assert _verdict(probe, text, plan_text_classes) == _verdict(probe, text, _from_the_plan)
+
+
+@pytest.mark.parametrize("text", ["fkjoin_test_py_udf(l.id)", "fkjoin_test_sql_fn(l.id)"])
+@pytest.mark.usefixtures("session_functions")
+def test_the_connect_reading_refuses_session_functions(probe: DataFrame, text: str) -> None:
+    _function_classes_cache.clear()  # the registry now holds the session's functions
+    assert _verdict(probe, text, plan_text_classes) == "a user-defined function"

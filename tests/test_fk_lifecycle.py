@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from delta.tables import DeltaTable
-from helpers import CUSTOMERS, ORDERS, oracle, output_state, rows_at, write
+from helpers import CUSTOMERS, ORDERS, oracle, orders_customers, output_state, rows_at, write
 
 from airflow_provider_fkjoin.engine import (
     ConcurrentRefreshError,
@@ -29,18 +29,8 @@ def version_of(spark, path: Path) -> int:
 
 @pytest.fixture
 def tables(spark, warehouse: Path):
-    orders, customers, out = warehouse / "orders", warehouse / "customers", warehouse / "out"
-    write(spark, [(1, 10, 1.0), (2, 10, 2.0), (3, 20, 3.0), (4, None, 4.0)], ORDERS, orders)
-    write(spark, [(10, "a"), (20, "b")], CUSTOMERS, customers)
-    spec = {
-        "kind": "foreign_key_join",
-        "left": {"path": str(orders), "key": ["order_id"]},
-        "right": {"path": str(customers), "key": ["customer_id"]},
-        "foreign_key": ["customer_id"],
-        "how": "left",
-        "output": {"path": str(out)},
-    }
-    return spec, orders, customers, out
+    orders = [(1, 10, 1.0), (2, 10, 2.0), (3, 20, 3.0), (4, None, 4.0)]
+    return orders_customers(spark, warehouse, orders, [(10, "a"), (20, "b")])
 
 
 def test_full_then_noop_then_incremental(spark, tables) -> None:

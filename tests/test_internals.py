@@ -3,6 +3,7 @@ versions, so an upgrade that changes them fails here, loudly, before it fails in
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import deltalake
@@ -39,14 +40,35 @@ def test_delta_transaction_version_matches_the_log(spark, warehouse: Path) -> No
     assert internals.delta_transaction_version(spark, path, "other-app") is None
 
 
+def test_transaction_versions_read_from_the_log_match_deltalake(spark, warehouse: Path) -> None:
+    """What Spark Connect reads instead of the snapshot: the last checkpoint plus the commits after it.
+    ``deltalake`` reading the same log is the oracle, before and after checkpoints and for an app id
+    whose only transaction is inside a checkpoint."""
+    path = str(warehouse / "t")
+    table = deltalake.DeltaTable
+    writes = [("a", 1), ("b", 1), ("a", 2), ("c", 5), ("a", 3), ("b", 4), ("a", 4)]
+    for number, (app, version) in enumerate(writes):
+        writer = spark.range(1).write.format("delta").mode("append").option("txnAppId", app)
+        if number == 0:
+            writer = writer.option("delta.checkpointInterval", "3")
+        writer.option("txnVersion", version).save(path)
+        for app_id in ("a", "b", "c", "never"):
+            assert internals.transaction_version_from_log(spark, path, app_id) == table(
+                path
+            ).transaction_version(app_id), (number, app_id)
+    assert any(name.endswith(".checkpoint.parquet") for name in os.listdir(f"{path}/_delta_log"))
+
+
 def test_path_has_files(spark, warehouse: Path) -> None:
+    from airflow_provider_fkjoin.engine.tables import path_has_files
+
     empty, full = warehouse / "empty", warehouse / "full"
     empty.mkdir()
     full.mkdir()
     (full / "x.csv").write_text("1\n")
-    assert not internals.path_has_files(spark, f"file://{empty}")
-    assert internals.path_has_files(spark, f"file://{full}")
-    assert not internals.path_has_files(spark, f"file://{warehouse}/missing")
+    assert not path_has_files(spark, f"file://{empty}")
+    assert path_has_files(spark, f"file://{full}")
+    assert not path_has_files(spark, f"file://{warehouse}/missing")
 
 
 def test_output_transaction_deletes_by_position_and_commits_one_update(spark, warehouse: Path) -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from delta.tables import DeltaTable
-from helpers import CUSTOMERS, ORDERS, write
+from helpers import CUSTOMERS, ORDERS, orders_customers, write
 
 from airflow_provider_fkjoin.engine import high_watermark, run_spec
 from airflow_provider_fkjoin.engine.watermarks import noop_result
@@ -21,18 +21,7 @@ from airflow_provider_fkjoin.engine.watermarks import noop_result
 
 @pytest.fixture
 def fk(spark, warehouse: Path):
-    orders, customers, out = warehouse / "orders", warehouse / "customers", warehouse / "out"
-    write(spark, [(1, 10, 1.0), (2, 20, 2.0)], ORDERS, orders)
-    write(spark, [(10, "a"), (20, "b")], CUSTOMERS, customers)
-    spec = {
-        "kind": "foreign_key_join",
-        "left": {"path": str(orders), "key": ["order_id"]},
-        "right": {"path": str(customers), "key": ["customer_id"]},
-        "foreign_key": ["customer_id"],
-        "how": "left",
-        "output": {"path": str(out)},
-    }
-    return spec, orders, customers, out
+    return orders_customers(spark, warehouse, [(1, 10, 1.0), (2, 20, 2.0)], [(10, "a"), (20, "b")])
 
 
 def _agrees_with_a_refresh(spark, spec: dict, *, expect_noop: bool) -> dict:

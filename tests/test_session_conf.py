@@ -48,3 +48,41 @@ def test_parse_conf_forms() -> None:
     assert parse_conf("  ") == {}
     with pytest.raises(ValueError, match="not key=value"):
         parse_conf("novalue")
+
+
+def test_the_connect_servers_exact_argv(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """What ``fkjoin connect-server`` execs: pyspark's Connect server class with Delta's jars, the
+    engine's settings, the address to listen on, and the caller's conf last."""
+    from airflow_provider_fkjoin.engine.session import ENGINE_LOG4J, connect_server_argv
+
+    (tmp_path / "delta-spark.jar").write_text("")
+    monkeypatch.setenv("FKJOIN_DELTA_JARS", str(tmp_path))
+    monkeypatch.delenv("FKJOIN_SPARK_CONF", raising=False)
+    argv = connect_server_argv(
+        port=15099,
+        master="local[2]",
+        conf={"spark.driver.memory": "8g"},
+        spark_submit="/venv/bin/spark-submit",
+    )
+    assert argv == [
+        "/venv/bin/spark-submit",
+        "--class", "org.apache.spark.sql.connect.service.SparkConnectServer",
+        "--master", "local[2]",
+        "--name", "fkjoin-connect",
+        "--jars", str(tmp_path / "delta-spark.jar"),
+        "--conf", "spark.sql.extensions=io.delta.sql.DeltaSparkSessionExtension",
+        "--conf", "spark.sql.catalog.spark_catalog=org.apache.spark.sql.delta.catalog.DeltaCatalog",
+        "--conf", "spark.sql.shuffle.partitions=8",
+        "--conf", "spark.default.parallelism=4",
+        "--conf", "spark.sql.adaptive.enabled=true",
+        "--conf", "spark.databricks.delta.snapshotPartitions=4",
+        "--conf", "spark.databricks.delta.properties.defaults.enableChangeDataFeed=false",
+        "--conf", "spark.ui.showConsoleProgress=false",
+        "--conf", "spark.ui.enabled=false",
+        "--conf", "spark.driver.memory=8g",
+        "--conf", "spark.sql.session.timeZone=UTC",
+        "--conf", f"spark.driver.extraJavaOptions=-Dlog4j.configurationFile=file:{ENGINE_LOG4J}",
+        "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
+        "--conf", "spark.connect.grpc.binding.port=15099",
+        "spark-internal",
+    ]  # fmt: skip

@@ -103,20 +103,12 @@ def test_helpers_agree_with_a_real_bootstrap(spark, warehouse: Path) -> None:
 def test_a_refresh_records_its_origin_and_row_counts_for_a_retry(spark, warehouse: Path) -> None:
     """What a retry reads back without Spark (``refresh_by_origin``) is what the driver reported: mode,
     output version, rows (a net-change commit records them; Delta records no metrics for it)."""
-    from helpers import CUSTOMERS, ORDERS, write
+    from helpers import orders_customers
 
     from airflow_provider_fkjoin.engine import refresh_by_origin
 
-    orders, customers, out = warehouse / "orders", warehouse / "customers", warehouse / "out"
-    write(spark, [(1, 10, 1.0), (2, 20, 2.0), (3, 20, 3.0)], ORDERS, orders)
-    write(spark, [(10, "a"), (20, "b")], CUSTOMERS, customers)
-    spec = {
-        "kind": "foreign_key_join",
-        "left": {"path": str(orders), "key": ["order_id"]},
-        "right": {"path": str(customers), "key": ["customer_id"]},
-        "foreign_key": ["customer_id"],
-        "output": {"path": str(out)},
-    }
+    orders = [(1, 10, 1.0), (2, 20, 2.0), (3, 20, 3.0)]
+    spec, orders, customers, out = orders_customers(spark, warehouse, orders, [(10, "a"), (20, "b")], "inner")
     task = {"dag_id": "d", "run_id": "r", "task_id": "t", "map_index": -1}
     run_spec(spec, spark=spark, origin={**task, "try_number": 1})
     spark.sql(f"UPDATE delta.`{customers}` SET name = 'B' WHERE customer_id = 20")

@@ -281,4 +281,4 @@ def compact_output(output: DeltaHandle) -> None:
         "spark.databricks.delta.optimize.maxDeletedRowsRatio": str(DELETED_ROWS_RATIO),
     }
     with without_commit_metadata(output.spark), session_settings(output.spark, settings):
-        output.delta_table.optimize().executeCompaction()
+        output.spark.sql(f"OPTIMIZE {output.sql_identifier}")

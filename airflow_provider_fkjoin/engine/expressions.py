@@ -48,7 +48,12 @@ lacks
 
 The deny list is on class *names* (:func:`refused_construct`, a pure function) so it is testable without
 Spark and survives Catalyst reshuffling its class hierarchy; the probe's own classes are the baseline for
-the constructs that only count when the expression adds them (reads, filters).
+the constructs that only count when the expression adds them (reads, filters). On classic Spark the names
+come from the analysed plan itself (:func:`.internals.analysed_node_classes`, through py4j). Spark Connect
+has no py4j and no plan in JSON, so there (:func:`plan_text_classes`) they come from the analysed plan's
+text (its nodes: ``Project``, ``Window``, ``Generate``, ``Aggregate``, subqueries) and from the function
+registry (``spark.catalog.listFunctions``: the class of every function the expression's text calls, string
+literals and comments left out; a function not built into Spark counts as a user-defined one).
 
 Per-row failures are the other half: an ANSI cast or division can fail on one bad value deep inside a
 refresh. :func:`row_errors` turns Spark's runtime error into an :class:`InputDataError` naming the spec field
@@ -67,6 +72,8 @@ whose expression failed, the error condition, a sample value and the fix (``try_
 
 from __future__ import annotations
 
+import contextlib
+import io
 import re
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -79,6 +86,7 @@ from pyspark.sql.types import StructType
 
 from .errors import InputDataError, SpecError
 from .internals import analysed_node_classes
+from .session import is_connect
 from .tables import analysed
 
 # --------------------------------------------------------------------------------------------------------
@@ -343,11 +351,89 @@ def _refusal(field: str, text: str, construct: str) -> SpecError:
     return SpecError(f"{field}: expression {text!r} uses {construct}")
 
 
+_TREE_NODE = re.compile(r"^[\s:|+\-]*([A-Z][A-Za-z0-9]*)\b")
+#: How subquery expressions print in a plan's text, and their classes.
+_PLAN_MARKERS = {
+    "scalar-subquery#": "ScalarSubquery",
+    "lateral-subquery#": "LateralSubquery",
+    "exists#": "Exists",
+    "list#": "ListQuery",
+    "dynamicpruning#": "DynamicPruningSubquery",
+}
+_CALL = re.compile(r"(?<![\w.$#])([A-Za-z_]\w*(?:\s*\.\s*[A-Za-z_]\w*)*)\s*\(")
+_STRING_LITERAL = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"")
+_BUILTIN_PACKAGE = "org.apache.spark.sql.catalyst."
+_registries: dict[int, dict[str, str]] = {}
+
+
+def _function_classes(spark: SparkSession) -> dict[str, str]:
+    """Function name (lower case) -> the simple class name of its implementation, or
+    ``UserDefinedFunction`` for anything not built into Spark (a temporary or catalog function). One
+    registry listing per session."""
+    found = _registries.get(id(spark))
+    if found is None:
+        found = {}
+        for function in spark.catalog.listFunctions():
+            name = function.className or ""
+            builtin = function.catalog is None and not function.namespace
+            if builtin and (not name or name.startswith(_BUILTIN_PACKAGE)):
+                simple = name.rsplit(".", 1)[-1].removesuffix("ExpressionBuilder").removesuffix("Builder")
+                found[function.name.lower()] = simple
+            else:
+                found[function.name.lower()] = "UserDefinedFunction"
+        _registries[id(spark)] = found
+    return found
+
+
+def plan_text_classes(frame: DataFrame, text: str = "") -> set[str]:
+    """What :func:`.internals.analysed_node_classes` finds, from public APIs only (Spark Connect):
+    the node names of ``frame``'s analysed plan, read from its text, and the classes of the functions
+    ``text`` calls (see the module docstring). A name that calls nothing in the registry is a keyword
+    (``THEN (``, ``OVER (``) and adds nothing; a qualified call (``db.fn(...)``) is a catalog function.
+
+    >>> plan_text_classes(probe.select(F.expr("rank() OVER (ORDER BY l.amount)")), "rank() OVER ...")
+    {'Project', 'Window', 'Join', 'SubqueryAlias', 'LocalRelation', 'Rank', ...}
+    """
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        frame.explain(extended=True)
+    plan = buffer.getvalue()
+    analysed_plan = plan.split("== Analyzed Logical Plan ==", 1)[-1]
+    analysed_plan = analysed_plan.split("== Optimized Logical Plan ==", 1)[0]
+    lines = analysed_plan.strip("\n").splitlines()[1:]  # the first line is the plan's output schema
+    names = {match.group(1) for line in lines if (match := _TREE_NODE.match(line))}
+    names |= {name for marker, name in _PLAN_MARKERS.items() if marker in analysed_plan}
+    # Calls the expression makes, and those its analysis added (unix_timestamp() calls current_timestamp()),
+    # which the plan prints by name. The plan prints string literals unquoted, so a call that appears
+    # only inside the expression's literals ('rand()' in a concat) is not one.
+    in_literals = {c.lower() for lit in _STRING_LITERAL.findall(text) for c in _CALL.findall(lit)}
+    calls = {c.lower() for c in _CALL.findall(_code(text, keep_identifiers=False))}
+    calls |= {c.lower() for c in _CALL.findall(analysed_plan)} - in_literals
+    registry = _function_classes(frame.sparkSession)
+    for call in calls:
+        if "." in call:
+            names.add("UserDefinedFunction")
+        elif (found := registry.get(call)) is not None:
+            names.add(found)
+    return names
+
+
+def node_classes(frame: DataFrame, text: str = "") -> set[str]:
+    """The class names an expression's analysis shows: the analysed plan's own on classic Spark, the
+    text-and-registry reading over Spark Connect (:func:`plan_text_classes`)."""
+    if is_connect(frame.sparkSession):
+        return plan_text_classes(frame, text)
+    return analysed_node_classes(frame)
+
+
 def _analyse(probe: DataFrame, field: str, text: str) -> tuple[Column, set[str]]:
     column = analysed(field, lambda: F.expr(text))
     # Unaliased, so a multi-column generator (inline, posexplode) analyses and is reported as a generator.
-    frame = analysed(field, lambda: probe.select(column))
-    return column, analysed_node_classes(frame)
+    # The schema forces analysis here: over Spark Connect a select is only sent to the server when used.
+    frame = analysed(
+        field, lambda: probe.select(column).alias("checked") if probe.select(column).schema else None
+    )
+    return column, node_classes(frame, text)
 
 
 def check_expressions(probe: DataFrame, expressions: Mapping[str, str]) -> dict[str, Column]:
@@ -366,7 +452,7 @@ def check_expressions(probe: DataFrame, expressions: Mapping[str, str]) -> dict[
     >>> check_expressions(probe, {"columns.id": "uuid()"})
     SpecError: columns.id: expression 'uuid()' uses a non-deterministic function (Uuid): ...
     """
-    baseline = analysed_node_classes(probe)
+    baseline = node_classes(probe)
     inherited = _baseline_constructs(baseline)
     if inherited:
         raise ValueError(
@@ -379,8 +465,8 @@ def check_expressions(probe: DataFrame, expressions: Mapping[str, str]) -> dict[
         from_text = _text_construct(text)
         if from_text is not None:
             raise _refusal(field, text, from_text)
-        column, node_classes = _analyse(probe, field, text)
-        construct = refused_construct(node_classes, baseline, text)
+        column, found = _analyse(probe, field, text)
+        construct = refused_construct(found, baseline, text)
         if construct is not None:
             raise _refusal(field, text, construct)
         columns[field] = column

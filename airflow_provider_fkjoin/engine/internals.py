@@ -3,15 +3,18 @@
 Public APIs cannot do three things the engine needs:
 
 * tell which Catalyst nodes an analysed spec expression contains (a subquery, a window, ``reflect``...),
-  to refuse expressions that are not pure row-level SQL (:mod:`.expressions`);
+  to refuse expressions that are not pure row-level SQL (:mod:`.expressions`; over Spark Connect, which
+  has no py4j, :mod:`.expressions` reads the analysed plan's text and the function registry instead);
 * read the version of the Delta transaction (``txnAppId``) an output last committed, for a table that
-  is not on the local file system (local tables are read with ``deltalake``, which has a public API);
+  is not on the local file system (local tables are read with ``deltalake``, which has a public API):
+  from the table's snapshot through py4j, or over Spark Connect from the log's files
+  (:func:`transaction_version_from_log`, the Delta protocol's checkpoint and commit format);
 * commit a refresh's net changes without MERGE (:mod:`.change_writer`): list the output's files,
   locate rows by file and row index, write deletion vectors (Delta's own DELETE/UPDATE helpers), new
   rows and change data, and commit them with a ``SetTransaction`` as one ``UPDATE``
   (:class:`OutputTransaction`).
 
-All go through py4j to classes whose shape a Spark or Delta upgrade may change, so
+All depend on shapes a Spark or Delta upgrade may change (classes through py4j, the log's layout), so
 :func:`check_versions` runs before any is used and fails loudly on versions nobody has tested.
 The test suite calls every function here, so an upgrade that breaks one fails there first.
 
@@ -22,11 +25,14 @@ The test suite calls every function here, so an upgrade that breaks one fails th
 from __future__ import annotations
 
 import json
+import re
 import time
 from typing import Any
 
 from delta import exceptions as delta_errors
+from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 #: (Spark major.minor, Delta major.minor) pairs these internals were written and tested against.
 TESTED_SPARK = ("4.2",)
@@ -73,7 +79,13 @@ def check_versions(spark: SparkSession) -> None:
 
 
 def _delta_version(spark: SparkSession) -> str | None:
-    """Delta's version from its jar's manifest (Implementation-Version), or None when it has none."""
+    """Delta's version from its jar's manifest (Implementation-Version), or None when it has none; over
+    Spark Connect, from Delta's own version constant on the server."""
+    from .session import is_connect
+
+    if is_connect(spark):
+        row = spark.sql("SELECT reflect('io.delta.package', 'VERSION')").first()
+        return str(row[0]) if row and row[0] else None
     jvm = spark._jvm  # type: ignore[attr-defined]
     loader = jvm.java.lang.Thread.currentThread().getContextClassLoader()
     version = loader.loadClass("org.apache.spark.sql.delta.DeltaLog").getPackage().getImplementationVersion()
@@ -125,16 +137,63 @@ def delta_transaction_version(spark: SparkSession, path: str, app_id: str) -> in
     return int(found.get()) if found.isDefined() else None
 
 
-def path_has_files(spark: SparkSession, path: str) -> bool:
-    """Whether a (non-local) location exists and holds anything, through Hadoop's FileSystem API."""
-    jvm = spark._jvm  # type: ignore[attr-defined]
-    hadoop_path = jvm.org.apache.hadoop.fs.Path(path)
-    fs = hadoop_path.getFileSystem(spark._jsc.hadoopConfiguration())  # type: ignore[attr-defined]
-    if not fs.exists(hadoop_path):
-        return False
-    if not fs.getFileStatus(hadoop_path).isDirectory():
-        return True
-    return len(fs.listStatus(hadoop_path)) > 0
+_CHECKPOINT_FILE = re.compile(r"^(\d{20})\.checkpoint(?:\.(\d{10})\.(\d{10}))?\.parquet$")
+
+
+def _last_checkpoint(spark: SparkSession, log: str, path: str) -> tuple[int, list[str]]:
+    """The newest complete classic checkpoint in ``log``: its version and files (``-1, []`` for none).
+
+    Found by listing the log (Spark's readers skip ``_last_checkpoint``, a name starting with ``_``).
+    """
+    listing = spark.read.format("binaryFile").option("pathGlobFilter", "*.checkpoint*.parquet").load(log)
+    parts: dict[int, dict[str, tuple[int, int]]] = {}
+    for row in listing.select("path").collect():
+        name = str(row[0]).rsplit("/", 1)[-1]
+        match = _CHECKPOINT_FILE.match(name)
+        if match is None:
+            raise UnsupportedRuntimeError(
+                f"{path}: checkpoint {name} is a V2 checkpoint, not read without py4j"
+            )
+        version, part, total = int(match.group(1)), int(match.group(2) or 1), int(match.group(3) or 1)
+        parts.setdefault(version, {})[str(row[0])] = (part, total)
+    for version in sorted(parts, reverse=True):
+        files = parts[version]
+        if len(files) == next(iter(files.values()))[1]:  # every part of a multi-part checkpoint is there
+            return version, sorted(files)
+    return -1, []
+
+
+def transaction_version_from_log(spark: SparkSession, path: str, app_id: str) -> int | None:
+    """:func:`delta_transaction_version` without py4j (a Spark Connect session): the newest
+    ``SetTransaction`` of ``app_id`` in the table's log, read through Spark's readers.
+
+    The log is the newest checkpoint (one file or several parts) plus the JSON commits after it; a
+    ``SetTransaction`` is kept in checkpoints, so log cleanup never hides it. V2
+    checkpoints (sidecar files) are refused: the engine's outputs never enable them.
+    """
+    check_versions(spark)
+    log = f"{path.rstrip('/')}/_delta_log"
+    checkpoint, files = _last_checkpoint(spark, log, path)
+    found: list[int] = []
+    if files:
+        rows = spark.read.parquet(*files).where(F.col("txn.appId") == app_id).select("txn.version")
+        found += [int(row[0]) for row in rows.collect()]
+    try:
+        commits = (
+            spark.read.json(f"{log}/*.json")
+            .where(F.col("txn").isNotNull())
+            .select(
+                "txn.appId",
+                "txn.version",
+                F.regexp_extract(F.col("_metadata.file_name"), r"^(\d+)\.json$", 1).cast("bigint").alias("v"),
+            )
+            .where((F.col("appId") == app_id) & (F.col("v") > checkpoint))
+        )
+        found += [int(row["version"]) for row in commits.collect()]
+    except AnalysisException as error:  # no commit since the checkpoint holds a transaction at all
+        if "txn" not in str(error):
+            raise
+    return max(found) if found else None
 
 
 class OutputTransaction:
@@ -257,11 +316,18 @@ class OutputTransaction:
         return int(self._txn.commit(seq_actions, operation))
 
 
+#: The SQLSTATE of every Delta conflict between concurrent commits ("transaction rollback").
+CONFLICT_SQLSTATE = "2D521"
+
+
 def is_concurrent_modification(error: BaseException) -> bool:
     """Whether an error is Delta's conflict between concurrent commits: PySpark's converted
-    exception, or a raw py4j error whose Java exception is a ``ConcurrentModificationException``
-    (every Delta conflict exception is one)."""
+    exception, a Spark Connect error carrying a conflict's SQLSTATE, or a raw py4j error whose Java
+    exception is a ``ConcurrentModificationException`` (every Delta conflict exception is one)."""
     if isinstance(error, DELTA_CONFLICTS):
+        return True
+    sqlstate = getattr(error, "getSqlState", None)
+    if callable(sqlstate) and sqlstate() == CONFLICT_SQLSTATE:
         return True
     java = getattr(error, "java_exception", None)
     if java is None:

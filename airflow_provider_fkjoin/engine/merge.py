@@ -11,11 +11,13 @@ from __future__ import annotations
 import datetime
 import logging
 import secrets
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from pyspark.errors import AnalysisException
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -30,7 +32,7 @@ from .commit_log import (
     session_settings,
 )
 from .errors import ConcurrentRefreshError
-from .internals import DELTA_CONFLICTS
+from .internals import is_concurrent_modification
 from .ownership import OWNER_PROPERTY, Ownership
 from .planning import InputState, RebuildRequired, RefreshPlan, plan_refresh, refresh_result
 from .spec import quote, spec_fingerprint
@@ -268,6 +270,18 @@ def begin_refresh(
     return refresh, plan
 
 
+@contextmanager
+def _conflicts_are_concurrent(output: DeltaHandle) -> Iterator[None]:
+    """Delta's conflict with another commit (as PySpark, py4j or Spark Connect reports it) becomes the
+    engine's retryable :class:`ConcurrentRefreshError`; any other error passes through."""
+    try:
+        yield
+    except Exception as exc:
+        if is_concurrent_modification(exc):
+            raise _concurrent(output, exc) from None
+        raise
+
+
 def _concurrent(output: DeltaHandle, cause: Exception | None = None) -> ConcurrentRefreshError:
     detail = f" ({type(cause).__name__})" if cause else ""
     return ConcurrentRefreshError(
@@ -310,13 +324,11 @@ def _write_rows(output: DeltaHandle, rows: DataFrame, request: CommitRequest, mo
     )
     if mode == "overwrite":
         writer = writer.option("overwriteSchema", "true")
-    try:
+    with _conflicts_are_concurrent(output):
         if output.ref.path is not None:
             writer.save(output.ref.path)
         else:
             writer.saveAsTable(output.ref.name)
-    except DELTA_CONFLICTS as exc:
-        raise _concurrent(output, exc) from None
     return _find_commit(output, request, mode)
 
 
@@ -326,8 +338,11 @@ def _create_table(output: DeltaHandle, rows: DataFrame, request: CommitRequest) 
     for name, value in {**OUTPUT_PROPERTIES, OWNER_PROPERTY: request.owner}.items():
         writer = writer.tableProperty(name, value)
     try:
-        with commit_settings(
-            output.spark, user_metadata=request.user_metadata, app_id=request.app_id, seq=request.seq
+        with (
+            _conflicts_are_concurrent(output),
+            commit_settings(
+                output.spark, user_metadata=request.user_metadata, app_id=request.app_id, seq=request.seq
+            ),
         ):
             writer.create()
     except AnalysisException as exc:
@@ -335,8 +350,6 @@ def _create_table(output: DeltaHandle, rows: DataFrame, request: CommitRequest) 
         if "ALREADY_EXISTS" in text or "already exists" in text.lower():
             raise _concurrent(output, exc) from None
         raise
-    except DELTA_CONFLICTS as exc:
-        raise _concurrent(output, exc) from None
     return _find_commit(output, request, "create")
 
 
@@ -393,35 +406,41 @@ def merge_output(
     """
     all_columns = key + value_columns
     _require_same_columns(output, source, all_columns)
-    on = F.expr(" AND ".join(f"t.{quote(c)} = s.{quote(c)}" for c in key))
+    on = " AND ".join(f"t.{quote(c)} = s.{quote(c)}" for c in key)
     if not delete_unmatched:
         prune = _key_prune_condition(source, key)
         if prune is not None:
-            on = on & prune
-    values = {quote(c): f"s.{quote(c)}" for c in all_columns}
+            on = f"{on} AND {prune}"
     types = {f.name: f.dataType for f in source.schema.fields}
     changed = f"NOT ({values_equal('t', 's', [(c, types[c]) for c in value_columns])})"
-    builder = (
-        output.delta_table.alias("t")
-        .merge(source.alias("s"), on)
-        .whenMatchedDelete(condition=f"NOT s.{PRESENT}")
-        .whenMatchedUpdate(condition=f"s.{PRESENT} AND {changed}", set=values)
-        .whenNotMatchedInsert(condition=f"s.{PRESENT}", values=values)
+    names = ", ".join(quote(c) for c in all_columns)
+    values = ", ".join(f"s.{quote(c)}" for c in all_columns)
+    assignments = ", ".join(f"{quote(c)} = s.{quote(c)}" for c in all_columns)
+    view = f"_fkjoin_merge_source_{secrets.token_hex(8)}"
+    # Delta's SQL MERGE, not delta-spark's DeltaTable builder: the same command, and it also runs over
+    # Spark Connect, where the builder would need Delta's Connect server plugin. Every name in it is
+    # quoted (quote(), sql_identifier) and it holds no value but the salted key hashes.
+    statement = (
+        f"MERGE INTO {output.sql_identifier} AS t USING {view} AS s ON {on} "  # noqa: S608
+        f"WHEN MATCHED AND NOT s.{PRESENT} THEN DELETE "
+        f"WHEN MATCHED AND s.{PRESENT} AND {changed} THEN UPDATE SET {assignments} "
+        f"WHEN NOT MATCHED AND s.{PRESENT} THEN INSERT ({names}) VALUES ({values})"
+        + (" WHEN NOT MATCHED BY SOURCE THEN DELETE" if delete_unmatched else "")
     )
-    if delete_unmatched:
-        builder = builder.whenNotMatchedBySourceDelete()
     spark = output.spark
     _claim_owner(output, request)
+    source.createOrReplaceTempView(view)
     try:
         with (
+            _conflicts_are_concurrent(output),
             commit_settings(
                 spark, user_metadata=request.user_metadata, app_id=request.app_id, seq=request.seq
             ),
             session_settings(spark, {"spark.sql.join.preferSortMergeJoin": "false"}),
         ):
-            builder.execute()
-    except DELTA_CONFLICTS as exc:
-        raise _concurrent(output, exc) from None
+            spark.sql(statement)
+    finally:
+        spark.catalog.dropTempView(view)
     return _find_commit(output, request, "merge")
 
 
@@ -463,7 +482,7 @@ def append_output(
     return _write_rows(output, rows, request, "overwrite" if replace else "append")
 
 
-def _key_prune_condition(source: DataFrame, key: list[str]) -> Column | None:
+def _key_prune_condition(source: DataFrame, key: list[str]) -> str | None:
     """``xxhash64(salt, t.<key>...) IN (<the source keys' hashes>)`` when the source is small, else None.
 
     Delta's MERGE joins ``source LEFT OUTER JOIN target`` over every file that holds a changed key,
@@ -484,10 +503,10 @@ def _key_prune_condition(source: DataFrame, key: list[str]) -> Column | None:
     if len(found) > KEY_PRUNE_LIMIT:
         return None
     if not found:
-        return F.lit(False)
+        return "FALSE"
     columns = ", ".join(f"t.{quote(c)}" for c in key)
     literals = ", ".join(f"{int(row[0])}L" for row in found)
-    return F.expr(f"xxhash64(CAST({salt} AS BIGINT), {columns}) IN ({literals})")
+    return f"xxhash64(CAST({salt} AS BIGINT), {columns}) IN ({literals})"
 
 
 def _column_types(schema: T.StructType) -> list[tuple[str, str]]:

@@ -1,9 +1,14 @@
-"""A Delta-enabled SparkSession sized for the machine it runs on.
+"""A Delta-enabled SparkSession sized for the machine it runs on, or a Spark Connect session.
 
 Example::
 
     spark = get_spark()                       # local[*], Delta's jars from .jars/ or Maven Central
     spark = get_spark("spark://127.0.0.1:7077", conf={"spark.executor.memory": "2g"})
+    spark = get_spark("sc://127.0.0.1:15002")  # a Spark Connect server (``SPARK_REMOTE`` does the same)
+
+A Spark Connect server with Delta is started with :func:`connect_server_argv` (``fkjoin connect-server``):
+the server holds the JVM, Delta's jars and the static settings; a client holds only a session, whose
+runtime settings (time zone, ...) it sets itself.
 """
 
 from __future__ import annotations
@@ -15,9 +20,13 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
+from .errors import SpecError
+
 DELTA_MAVEN_COORDINATE = "io.delta:delta-spark_4.2_2.13:4.4.0"
 _ENGINE_DIR = Path(__file__).resolve().parent
 _REPO_JARS = _ENGINE_DIR.parents[1] / ".jars"
+#: The engine's quiet logging for Spark's JVM (warnings and errors only).
+ENGINE_LOG4J = _ENGINE_DIR / "log4j2.properties"
 
 DEFAULT_CONF: dict[str, str] = {
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
@@ -31,8 +40,28 @@ DEFAULT_CONF: dict[str, str] = {
     "spark.ui.enabled": "false",
     "spark.driver.memory": "4g",
     "spark.sql.session.timeZone": "UTC",
-    "spark.driver.extraJavaOptions": f"-Dlog4j.configurationFile=file:{_ENGINE_DIR / 'log4j2.properties'}",
+    "spark.driver.extraJavaOptions": f"-Dlog4j.configurationFile=file:{ENGINE_LOG4J}",
 }
+
+
+#: Settings a Connect client sets on its own session: the engine's runtime SQL settings. The static ones
+#: (extensions, catalog, jars, memory, partitions sized for the machine) belong to the server.
+CONNECT_SESSION_CONF: dict[str, str] = {
+    "spark.sql.session.timeZone": "UTC",
+    "spark.databricks.delta.properties.defaults.enableChangeDataFeed": "false",
+}
+#: The Spark Connect server's entry point (in pyspark's own ``spark-connect_2.13`` jar).
+CONNECT_SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
+CONNECT_DEFAULT_PORT = 15002
+
+
+def is_connect(spark: SparkSession) -> bool:
+    """Whether ``spark`` is a Spark Connect session: no JVM in this process, no py4j.
+
+    >>> is_connect(get_spark("sc://127.0.0.1:15002")), is_connect(get_spark("local[2]"))
+    (True, False)
+    """
+    return type(spark).__module__.startswith("pyspark.sql.connect")
 
 
 def delta_jars() -> list[str]:
@@ -92,8 +121,14 @@ def get_spark(
     """Return the active Delta-enabled session, or start one.
 
     An already running session (spark-submit, a notebook, the test suite's shared one) is reused as is:
-    its jars and master were chosen by whoever started it.
+    its jars and master were chosen by whoever started it. A ``sc://`` master (or ``SPARK_REMOTE``, when
+    no master is given) connects to a Spark Connect server instead (:func:`connect_session`).
     """
+    remote = master if master and master.startswith("sc://") else None
+    if master is None and os.environ.get("SPARK_REMOTE", "").startswith("sc://"):
+        remote = os.environ["SPARK_REMOTE"]
+    if remote is not None:
+        return connect_session(remote, conf)
     active = SparkSession.getActiveSession()
     if active is not None:
         return active
@@ -104,3 +139,65 @@ def get_spark(
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+def connect_session(url: str, conf: Mapping[str, str] | None = None) -> SparkSession:
+    """A session on the Spark Connect server at ``url`` (``sc://host:port/;session_id=...;token=...``).
+
+    Sets :data:`CONNECT_SESSION_CONF`, then ``FKJOIN_SPARK_CONF`` and ``conf``, as session settings (a
+    static setting is the server's business: refused with the server's own error). Delta's Python client
+    for Connect is imported so that its errors arrive as Delta's exception classes (a conflict between
+    two commits is then ``delta.exceptions.ConcurrentAppendException``, whatever carries it); Delta's
+    Connect *server* plugin is not needed, since the engine uses Delta through SQL and the
+    DataFrame reader and writer.
+    """
+    import delta.connect  # noqa: F401  # registers Delta's error classes with the Connect client
+
+    spark = SparkSession.builder.remote(url).getOrCreate()
+    settings = {**CONNECT_SESSION_CONF, **parse_conf(os.environ.get("FKJOIN_SPARK_CONF", ""))}
+    settings.update({str(k): str(v) for k, v in (conf or {}).items()})
+    for key, value in settings.items():
+        try:
+            spark.conf.set(key, value)
+        except Exception as error:
+            if "CANNOT_MODIFY" not in str(error):
+                raise
+            raise SpecError(
+                f"conf {key}: a Spark Connect session cannot set it (it is the server's); set it where the "
+                "server starts (fkjoin connect-server --conf ...), or drop it"
+            ) from None
+    return spark
+
+
+def connect_server_argv(
+    *,
+    host: str = "127.0.0.1",
+    port: int = CONNECT_DEFAULT_PORT,
+    master: str = "local[*]",
+    conf: Mapping[str, str] | None = None,
+    spark_submit: str = "spark-submit",
+) -> list[str]:
+    """The argv that starts a Spark Connect server with Delta: what ``fkjoin connect-server`` execs.
+
+    pyspark's own ``spark-submit`` runs :data:`CONNECT_SERVER_CLASS` from pyspark's jars with Delta's jars
+    (or ``--packages``), Delta's SQL extension and catalog, the engine's session defaults and quiet
+    logging; ``conf`` wins over all of them. The server listens on ``host:port`` only.
+
+    >>> connect_server_argv(port=15002)[:4]
+    ['spark-submit', '--class', 'org.apache.spark.sql.connect.service.SparkConnectServer', '--master']
+    """
+    _, session = session_conf(master)
+    settings = {
+        key: value for key, value in session.items() if key not in ("spark.jars", "spark.jars.packages")
+    }
+    settings |= {
+        "spark.connect.grpc.binding.address": host,
+        "spark.connect.grpc.binding.port": str(port),
+    }
+    settings |= {str(k): str(v) for k, v in (conf or {}).items()}
+    argv = [spark_submit, "--class", CONNECT_SERVER_CLASS, "--master", master, "--name", "fkjoin-connect"]
+    jars = delta_jars()
+    argv += ["--jars", ",".join(jars)] if jars else ["--packages", DELTA_MAVEN_COORDINATE]
+    for key, value in settings.items():
+        argv += ["--conf", f"{key}={value}"]
+    return [*argv, "spark-internal"]

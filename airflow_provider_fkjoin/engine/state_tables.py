@@ -19,24 +19,19 @@ import json
 import uuid
 from typing import NamedTuple
 
-from delta.tables import DeltaTable
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from . import internals
 from .errors import ConcurrentRefreshError, SpecError
-from .locations import local_path
-from .tables import DeltaHandle
+from .spec import TableRef
+from .tables import DeltaHandle, null_of, path_has_files
 
 
-def _holds_anything(spark, path: str) -> bool:
-    local = local_path(path)
+def _holds_anything(table: DeltaHandle) -> bool:
+    local = table.local_path
     if local is not None:
-        from pathlib import Path
-
-        folder = Path(local)
-        return folder.exists() and (not folder.is_dir() or any(folder.iterdir()))
-    return internals.path_has_files(spark, path)
+        return local.exists() and (not local.is_dir() or any(local.iterdir()))
+    return path_has_files(table.spark, table.location)
 
 
 STATE_SUFFIX = "_fkjoin_state"
@@ -92,19 +87,17 @@ class StateTable:
             raise
         return True
 
-    def _history(self, limit: int) -> list:
-        return (
-            DeltaTable.forPath(self.spark, self.path)
-            .history(limit)
-            .select("version", "userMetadata", "operationMetrics")
-            .collect()
-        )
+    @property
+    def table(self) -> DeltaHandle:
+        """The state table as the engine reads any table (``deltalake`` when local, Delta's SQL else)."""
+        return DeltaHandle(self.spark, TableRef(path=self.path), f"state table of {self.output.role}")
 
     def _require_ours(self, owner: str) -> None:
         """Refuse a state location that holds something other than this output's state."""
-        if not _holds_anything(self.spark, self.path):
+        table = self.table
+        if not _holds_anything(table):
             return
-        latest = self._history(1) if DeltaTable.isDeltaTable(self.spark, self.path) else []
+        latest = table.history(1) if table.exists() else []
         metadata = json.loads(latest[0]["userMetadata"] or "{}") if latest else {}
         if metadata.get("output") != owner:
             raise SpecError(
@@ -130,7 +123,7 @@ class StateTable:
         self._require_ours(owner)
         # A marker row makes every write a commit: Delta may skip an overwrite that changes nothing.
         marker = self.spark.range(1).select(
-            *[F.lit(None).cast(field.dataType).alias(field.name) for field in rows.schema.fields],
+            *[null_of(field.dataType).alias(field.name) for field in rows.schema.fields],
             F.lit(token).alias(MARKER),
         )
         stored = rows.withColumn(MARKER, F.lit(None).cast("string")).unionByName(marker)
@@ -143,7 +136,7 @@ class StateTable:
             .option("userMetadata", json.dumps({"fkjoin_state": token, "output": owner}))
             .save(self.path)
         )
-        for row in self._history(20):
+        for row in self.table.history(20):
             if row["userMetadata"] and token in row["userMetadata"]:
                 written = int((row["operationMetrics"] or {}).get("numOutputRows", 1))
                 return StateWrite(int(row["version"]), written - 1)  # the marker row is not state

@@ -531,9 +531,12 @@ def _observed_rows(observation: Observation) -> int:
     """The row count an observation collected; 0 when its node never ran (the optimizer removed it for
     an empty table), which Spark reports as an empty metrics map.
 
-    PySpark's ``get`` waits forever for a node that never runs and fails on an empty map, so the
-    JVM object is asked directly, once the action is done.
+    Classic PySpark's ``get`` waits forever for a node that never runs and fails on an empty map, so the
+    JVM object is asked directly, once the action is done. A Spark Connect observation has no JVM object:
+    its ``get`` holds what the action's response carried (nothing, for a node that never ran).
     """
+    if not hasattr(observation, "_jo"):  # a Spark Connect observation
+        return int(observation.get.get("rows") or 0)
     jvm_observation = observation._jo  # type: ignore[attr-defined]
     if jvm_observation is None or not jvm_observation.future().isCompleted():
         return 0

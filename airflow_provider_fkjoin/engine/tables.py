@@ -1,17 +1,18 @@
 """Delta tables by path or catalog name: snapshots at a version, change feeds, and what a table is.
 
-One class serves inputs and outputs so every join reads and checks tables the same way.
+One class serves inputs and outputs so every join reads and checks tables the same way. A table on the
+local file system is described by ``deltalake`` (milliseconds, no Spark job); any other through Delta's SQL
+commands (``DESCRIBE DETAIL``, ``DESCRIBE HISTORY``), which work the same on classic Spark and over Spark
+Connect, where delta-spark's ``DeltaTable`` API would need Delta's Connect server plugin.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 import deltalake
-from delta.tables import DeltaTable
 from pyspark.errors import AnalysisException, ParseException
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -20,6 +21,7 @@ from pyspark.sql import types as T
 from . import internals
 from .errors import SpecError
 from .locations import local_path, location_identity
+from .session import is_connect
 from .spec import RESERVED_PREFIX, TableRef, quote
 from .watermarks import read_history
 
@@ -80,8 +82,8 @@ class DeltaHandle:
         when it exists (``DESCRIBE DETAIL``), else its lower-cased name."""
         if self.ref.path is not None or not self.exists():
             return self.ref.identity
-        detail = self.spark.sql(f"DESCRIBE DETAIL {self.sql_identifier}").select("location").first()
-        return location_identity(str(detail[0])) if detail and detail[0] else self.ref.identity
+        location = self.detail().get("location")
+        return location_identity(str(location)) if location else self.ref.identity
 
     def holds_other_files(self) -> bool:
         """True when the location is not a Delta table but holds files: someone else's data."""
@@ -96,21 +98,25 @@ class DeltaHandle:
                 entry.name != "_delta_log" or any(p.is_file() for p in entry.rglob("*"))
                 for entry in local.iterdir()
             )
-        return internals.path_has_files(self.spark, self.ref.path)
+        return path_has_files(self.spark, self.ref.path)
 
     def exists(self) -> bool:
         local = self.local_path
         if local is not None:
             return (local / "_delta_log").is_dir() and any((local / "_delta_log").glob("*.json"))
         if self.ref.path is not None:
-            return DeltaTable.isDeltaTable(self.spark, self.ref.path)
+            try:
+                self.detail()
+            except AnalysisException as error:
+                if _condition(error) in _NOT_A_TABLE:
+                    return False
+                raise
+            return True
         return self.spark.catalog.tableExists(self.ref.name)
 
-    @cached_property
-    def delta_table(self) -> DeltaTable:
-        if self.ref.path is not None:
-            return DeltaTable.forPath(self.spark, self.ref.path)
-        return DeltaTable.forName(self.spark, self.ref.name)
+    def detail(self) -> dict[str, Any]:
+        """Delta's ``DESCRIBE DETAIL`` of the table: id, location, properties, sizeInBytes, numFiles..."""
+        return self.spark.sql(f"DESCRIBE DETAIL {self.sql_identifier}").first().asDict()
 
     def require(self) -> None:
         """Fail with a SpecError that says what to do when the table is not there."""
@@ -134,10 +140,10 @@ class DeltaHandle:
                 table_id=str(metadata.id),
                 properties=dict(metadata.configuration),
             )
-        detail = self.delta_table.detail().select("id", "properties").first()
-        version = self.delta_table.history(1).select("version").first()[0]
+        detail = self.detail()
+        version = self.history(1)[0]["version"]
         return TableState(
-            version=int(version), table_id=str(detail["id"]), properties=dict(detail["properties"])
+            version=int(version), table_id=str(detail["id"]), properties=dict(detail["properties"] or {})
         )
 
     def transaction_version(self, app_id: str) -> int | None:
@@ -146,13 +152,15 @@ class DeltaHandle:
         local = self.local_path
         if local is not None:
             return deltalake.DeltaTable(str(local)).transaction_version(app_id)
+        if is_connect(self.spark):
+            return internals.transaction_version_from_log(self.spark, self.storage_path(), app_id)
         return internals.delta_transaction_version(self.spark, self.storage_path(), app_id)
 
     def storage_path(self) -> str:
         """Where the table's files are: its path, or a catalog table's resolved location."""
         if self.ref.path is not None:
             return self.ref.path
-        return str(self.delta_table.detail().select("location").first()[0])
+        return str(self.detail()["location"])
 
     def history(self, limit: int) -> list[dict[str, Any]]:
         """The newest ``limit`` commits, newest first: version, timestamp, operation, isBlindAppend,
@@ -160,7 +168,7 @@ class DeltaHandle:
         local = self.local_path
         if local is not None:
             return read_history(local, limit)
-        rows = self.delta_table.history(limit).select(
+        rows = self.spark.sql(f"DESCRIBE HISTORY {self.sql_identifier} LIMIT {int(limit)}").select(
             "version", "timestamp", "operation", "isBlindAppend", "userMetadata", "operationMetrics"
         )
         return [
@@ -243,6 +251,31 @@ def input_frame(table: DeltaHandle, state: TableState, *, engine_owned: bool = F
     )
 
 
+def null_of(data_type: T.DataType) -> Column:
+    """A typed null, cast through the type's SQL name: over Spark Connect a type object travels with an
+    explicit default collation (``string collate UTF8_BINARY``), which Delta then writes into the table's
+    schema, where ``deltalake`` cannot read it.
+
+    >>> null_of(T.StructType([T.StructField("a b", T.StringType())]))
+    Column<'CAST(NULL AS STRUCT<`a b`: STRING>)'>
+    """
+    return F.lit(None).cast(sql_type(data_type))
+
+
+def sql_type(data_type: T.DataType) -> str:
+    """A type's SQL name, field names quoted: ``struct<`a b`:string,n:array<bigint>>``."""
+    if isinstance(data_type, T.StructType):
+        return "struct<" + ",".join(f"{quote(f.name)}:{sql_type(f.dataType)}" for f in data_type.fields) + ">"
+    if isinstance(data_type, T.ArrayType):
+        return f"array<{sql_type(data_type.elementType)}>"
+    if isinstance(data_type, T.MapType):
+        return f"map<{sql_type(data_type.keyType)},{sql_type(data_type.valueType)}>"
+    if isinstance(data_type, T.StringType):
+        collation = getattr(data_type, "collation", "UTF8_BINARY")
+        return "string" if collation == "UTF8_BINARY" else f"string collate {collation}"
+    return data_type.simpleString()
+
+
 def key_is_null(columns: list[str]) -> Column:
     """True where any key column is null: such rows are dropped (Kafka drops null-key records)."""
     condition = F.lit(False)
@@ -308,14 +341,36 @@ def table_size_bytes(table: DeltaHandle, version: int | None = None) -> int:
         actions = deltalake.DeltaTable(str(local), version=version).get_add_actions(flatten=True)
         return int(sum(value for value in actions.column("size_bytes").to_pylist() if value is not None))
     if version is None:
-        return int(table.delta_table.detail().select("sizeInBytes").first()[0] or 0)
-    jvm = table.spark.sparkContext._jvm
-    conf = table.spark.sparkContext._jsc.hadoopConfiguration()
-    total = 0
-    for name in table.read(version).inputFiles():
-        path = jvm.org.apache.hadoop.fs.Path(name)
-        total += int(path.getFileSystem(conf).getFileStatus(path).getLen())
-    return total
+        return int(table.detail()["sizeInBytes"] or 0)
+    files = table.read(version).inputFiles()
+    if not files:
+        return 0
+    sizes = table.spark.read.format("binaryFile").load(files).selectExpr("coalesce(sum(length), 0)")
+    return int(sizes.first()[0])
+
+
+def path_has_files(spark: SparkSession, path: str) -> bool:
+    """Whether a (non-local) location exists and holds any file, by listing it through Spark.
+
+    The listing skips names starting with ``_`` or ``.`` (Spark's own rule for data files), so a folder
+    holding only such files counts as empty: Delta's ``_delta_log`` of a table that failed midway, say.
+    """
+    try:
+        listing = spark.read.format("binaryFile").option("recursiveFileLookup", "true").load(path)
+        return listing.select("path").limit(1).count() > 0
+    except AnalysisException as error:
+        if _condition(error) == "PATH_NOT_FOUND":
+            return False
+        raise
+
+
+#: Error conditions of ``DESCRIBE DETAIL`` on a location that holds no Delta table.
+_NOT_A_TABLE = frozenset({"DELTA_MISSING_DELTA_TABLE", "DELTA_PATH_DOES_NOT_EXIST", "PATH_NOT_FOUND"})
+
+
+def _condition(error: AnalysisException) -> str:
+    """An analysis error's condition without its sub-class: ``DELTA_MISSING_DELTA_TABLE``."""
+    return str(error.getCondition() or "").split(".", 1)[0]
 
 
 def require_columns(names: list[str], columns: list[str], field_path: str, table: DeltaHandle) -> None:

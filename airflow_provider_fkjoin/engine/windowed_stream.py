@@ -59,7 +59,7 @@ from .merge import Commit, RefreshContext, RunOptions, append_output, begin_refr
 from .planning import InputState, RebuildRequired, RefreshPlan, schema_columns
 from .spec import EVENT_TIME, EventStreamRef, WindowedJoinSpec, quote
 from .state_tables import StateTable
-from .tables import DeltaHandle, TableState, analysed, input_frame, require_columns
+from .tables import DeltaHandle, TableState, analysed, input_frame, null_of, require_columns
 from .trace import phase
 
 SIDES = ("left", "right")
@@ -399,8 +399,8 @@ class StreamJoinRefresh:
             *keys,
             epoch_ms(F.col(quote(ref.time)), time_type).alias(_T),
             null.alias(_NULL),
-            row.alias(_LEFT_ROW) if side == 0 else F.lit(None).cast(self.row_types[0]).alias(_LEFT_ROW),
-            row.alias(_RIGHT_ROW) if side == 1 else F.lit(None).cast(self.row_types[1]).alias(_RIGHT_ROW),
+            row.alias(_LEFT_ROW) if side == 0 else null_of(self.row_types[0]).alias(_LEFT_ROW),
+            row.alias(_RIGHT_ROW) if side == 1 else null_of(self.row_types[1]).alias(_RIGHT_ROW),
             F.xxhash64(*[F.col(quote(c)) for c in schema.names]).alias("_fkjoin_hash"),
             *[F.col(quote(c)).alias(f"_fkjoin_o{i}") for i, c in enumerate(ref.order_by)],
             *(extra or []),
@@ -554,7 +554,7 @@ class StreamJoinRefresh:
             *[
                 F.col(_LEFT_ROW).alias(_RIGHT_ROW)
                 if c == _RIGHT_ROW
-                else F.lit(None).cast(rows.schema[_LEFT_ROW].dataType).alias(_LEFT_ROW)
+                else null_of(rows.schema[_LEFT_ROW].dataType).alias(_LEFT_ROW)
                 if c == _LEFT_ROW
                 else F.col(c)
                 for c in rows.columns

@@ -1,4 +1,4 @@
-"""FkJoinHook: submit the engine's job with spark-submit (through the Spark provider) and return its result.
+"""FkJoinHook: one refresh of a join spec, by the cheapest way that works, and its result.
 
 Example (inside an operator's ``execute``; hooks are never built at DAG parse time)::
 
@@ -6,16 +6,20 @@ Example (inside an operator's ``execute``; hooks are never built at DAG parse ti
     result = hook.run({"kind": "foreign_key_join", ...})
     result["mode"], result["output"]["version"]      # ('incremental', 7)
 
-The ``spark`` connection says where the job runs: host ``local[2]`` (the embedded default),
-``spark://host:7077`` (standalone), ``yarn`` (extra ``{"deploy-mode": "cluster"}``) or
-``k8s://https://host:443`` (extra ``namespace``). The result comes from the driver's last JSON stdout
-line when spark-submit shows it (client mode), else it is rebuilt from the output table's Delta commit
-(cluster mode), which carries the input versions the refresh consumed.
+First the no-JVM noop check: when no input moved since the output's last refresh, the ``noop`` result
+comes from the Delta logs (``deltalake``) and Spark never starts. Otherwise the connection says where
+the refresh runs. A ``spark`` connection submits the engine's job with spark-submit (through the Spark
+provider): host ``local[2]`` (the embedded default), ``spark://host:7077`` (standalone), ``yarn`` (extra
+``{"deploy-mode": "cluster"}``) or ``k8s://https://host:443`` (extra ``namespace``); the result comes
+from the driver's last JSON stdout line when spark-submit shows it (client mode), else from the output
+table's Delta commit that records this refresh's origin (cluster mode). A ``spark_connect`` connection
+(``sc://host:15002``) runs the engine as a client of a long-lived Spark Connect server
+(:mod:`.connect`): no JVM per task.
 
 Credentials given as Spark conf (``fs.s3a.secret.key``, ``fs.azure.account.key.*``, SAS tokens, session
-tokens...) reach the job but not the logs: the logged command and failure messages show ``******`` for
-them, Airflow's task-log masker is told their values, Spark's own redaction covers its UI and event log,
-and the driver UI is off unless ``spark_ui=True``::
+tokens...) or by a storage connection (``storage_conn_id``) reach the job but not the logs: the logged
+command and failure messages show ``******`` for them, Airflow's task-log masker is told their values,
+Spark's own redaction covers its UI and event log, and the driver UI is off unless ``spark_ui=True``::
 
     hook = FkJoinHook(conf={"spark.hadoop.fs.s3a.secret.key": "wJalr..."})
     hook.masked_command(spec)     # '... --conf spark.hadoop.fs.s3a.secret.key=****** ...'
@@ -42,6 +46,7 @@ from airflow.sdk.log import mask_secret
 
 from airflow_provider_fkjoin.credentials import CredentialsError, StorageCredentials, storage_credentials
 from airflow_provider_fkjoin.engine import WRITE_PATHS
+from airflow_provider_fkjoin.hooks.connect import SparkConnectRun, connect_url
 from airflow_provider_fkjoin.jobs import FKJOIN_JOB_FILE
 from airflow_provider_fkjoin.jobs.fkjoin_job import (
     APP_INFO_PREFIX,
@@ -239,6 +244,8 @@ class DriverOutput:
         self.tail: deque[str] = deque(maxlen=30)
         #: A YARN cluster-mode driver's exit code, from the application's final diagnostics.
         self.yarn_exit_code: int | None = None
+        #: The last phase the refresh reported (``FKJOIN_TRACE=1``: ``pinned``, ``merge_started``...).
+        self.phase: str | None = None
         self._on_app_info = on_app_info
 
     def feed(self, line: str) -> None:
@@ -246,6 +253,8 @@ class DriverOutput:
         self.tail.append(line)
         if (found := _YARN_USER_EXIT.search(line)) is not None:
             self.yarn_exit_code = int(found.group(1))
+        if line.startswith("FKJOIN_PHASE "):
+            self.phase = line.split()[1] if len(line.split()) > 1 else None
         if line.startswith(APP_INFO_PREFIX):
             try:
                 info = json.loads(line.removeprefix(APP_INFO_PREFIX))
@@ -268,6 +277,22 @@ class DriverOutput:
             self.cause.append(line)
 
 
+def failure(
+    code: int | None, output: DriverOutput, fallback: str, mask: Callable[[str], str]
+) -> AirflowException:
+    """The task's error for a refresh that exited ``code``: bad input (no retry) for the job's 65, or the
+    CLI's 2 beside its ``error:`` line; retryable for 75 (a concurrent refresh committed first); else a
+    job failure with the driver's root cause and output tail. ``mask`` hides credentials."""
+    detail = mask(output.error or fallback)
+    if code == EXIT_JOB_BAD_INPUT or (code == EXIT_BAD_INPUT and output.error is not None):
+        return FkJoinBadInputError(f"fkjoin refused the spec or input data: {detail}")
+    if code == EXIT_RETRY:
+        return FkJoinRetryableError(f"fkjoin refresh conflicted, nothing written (retry): {detail}")
+    cause = "".join(f"\n{mask(line)}" for line in output.cause)
+    tail = "\n".join(mask(line) for line in list(output.tail)[-15:])
+    return FkJoinJobError(f"fkjoin Spark job failed (exit {code}): {detail}{cause}\n{tail}")
+
+
 def output_location(spec: Mapping[str, Any]) -> str | None:
     """The output table's path from a spec, or None for a catalog table (``name:``)."""
     output = spec.get("output")
@@ -276,6 +301,28 @@ def output_location(spec: Mapping[str, Any]) -> str | None:
     if isinstance(output, Mapping) and output.get("path"):
         return str(output["path"])
     return None
+
+
+def fkjoin_cli_args(
+    spec: Mapping[str, Any],
+    *,
+    full_refresh: bool = False,
+    write_path: str = "auto",
+    origin: Mapping[str, Any] | None = None,
+) -> list[str]:
+    """The ``fkjoin run`` arguments of one refresh, whether spark-submit or a Spark Connect client runs it.
+
+    >>> fkjoin_cli_args({"kind": "foreign_key_join"}, full_refresh=True)
+    ['run', '--full-refresh', '--spec-json', '{"kind": "foreign_key_join"}']
+    """
+    return [
+        "run",
+        *(["--full-refresh"] if full_refresh else []),
+        *(["--write-path", write_path] if write_path != "auto" else []),
+        *(["--origin", json.dumps(dict(origin), sort_keys=True)] if origin else []),
+        "--spec-json",
+        json.dumps(dict(spec), sort_keys=True),
+    ]
 
 
 class FkJoinHook(BaseHook):
@@ -339,6 +386,10 @@ class FkJoinHook(BaseHook):
         self.spark_ui = spark_ui
         self.noop_check = noop_check
         self._submit_hook: SparkSubmitHook | None = None
+        self._connect_run: SparkConnectRun | None = None
+        self._connect_output: DriverOutput | None = None
+        #: The Spark Connect operations ``on_kill`` interrupted (their ids).
+        self.interrupted: list[str] = []
         self._killed = False
 
     @cached_property
@@ -468,14 +519,9 @@ class FkJoinHook(BaseHook):
             "jars": jars,
             "packages": packages,
             "name": name,
-            "application_args": [
-                "run",
-                *(["--full-refresh"] if full_refresh else []),
-                *(["--write-path", write_path] if write_path != "auto" else []),
-                *(["--origin", json.dumps(dict(origin), sort_keys=True)] if origin else []),
-                "--spec-json",
-                json.dumps(dict(spec), sort_keys=True),
-            ],
+            "application_args": fkjoin_cli_args(
+                spec, full_refresh=full_refresh, write_path=write_path, origin=origin
+            ),
             # env vars reach a YARN/K8s driver as conf; elsewhere they go to spark-submit's environment.
             "env_vars": self.env_vars if (self.env_vars and is_cluster_manager) else None,
             "deploy_mode": self.deploy_mode,
@@ -550,6 +596,11 @@ class FkJoinHook(BaseHook):
                 return unchanged
         before = self._output_version(location)
         connection = self.get_conn()
+        url = connect_url(connection, self.conn_id)
+        if url is not None:
+            args = fkjoin_cli_args(spec, full_refresh=full_refresh, write_path=parse_write_path(write_path),
+                                   origin=origin)  # fmt: skip
+            return self.run_connect(url, args)
         master = _master_of(connection)
         extra = connection.extra_dejson
         ui_enabled = self.spark_ui_enabled
@@ -637,15 +688,41 @@ class FkJoinHook(BaseHook):
     def _failure(
         cls, hook: SparkSubmitHook, output: DriverOutput, error: AirflowException
     ) -> AirflowException:
-        code = cls.driver_exit_code(hook, output)
-        detail = hook._mask_cmd(output.error or (str(error).splitlines() or [""])[0][:500])
-        if code == EXIT_JOB_BAD_INPUT or (code == EXIT_BAD_INPUT and output.error is not None):
-            return FkJoinBadInputError(f"fkjoin refused the spec or input data: {detail}")
-        if code == EXIT_RETRY:
-            return FkJoinRetryableError(f"fkjoin refresh conflicted, nothing written (retry): {detail}")
-        cause = "".join(f"\n{hook._mask_cmd(line)}" for line in output.cause)
-        tail = "\n".join(hook._mask_cmd([line]) for line in list(output.tail)[-15:])
-        return FkJoinJobError(f"fkjoin Spark job failed (exit {code}): {detail}{cause}\n{tail}")
+        detail = (str(error).splitlines() or [""])[0][:500]
+        return failure(cls.driver_exit_code(hook, output), output, detail, hook._mask_cmd)
+
+    def connect_conf(self) -> dict[str, str]:
+        """The Spark Connect session's settings: the storage connection's Hadoop settings (a session takes
+        them without the ``spark.hadoop.`` prefix), then ``conf``. The server owns the static ones."""
+        return {**self.storage_credentials.hadoop_conf, **{str(k): str(v) for k, v in self.conf.items()}}
+
+    def run_connect(self, url: str, cli_args: list[str]) -> dict[str, Any]:
+        """One refresh as a Spark Connect client (:class:`~.connect.SparkConnectRun`); its result."""
+        run = SparkConnectRun(url, conf=self.connect_conf(), env_vars=self.env_vars)
+        self._connect_run = run
+        if self._killed:
+            raise FkJoinJobError("the task was killed before its Spark Connect session started")
+        known = secret_values(
+            [("token", part.split("=", 1)[1]) for part in url.split(";") if part.startswith("token=")]
+            + [*run.conf.items(), *self.env_vars.items()]
+        )
+        for value in known:
+            mask_secret(value)
+        output = self._connect_output = DriverOutput()
+
+        def line(text: str) -> None:
+            output.feed(text)
+            self.log.info("%s", mask_text(text, known))
+
+        self.log.info("Spark Connect session %s on %s", run.session_id, mask_text(url.split("/;")[0], known))
+        code = run.run(cli_args, line)
+        if code == 0 and output.result is not None:
+            return {**output.result, "source": "driver_stdout"}
+        if code == 0:
+            raise FkJoinJobError("the fkjoin Spark Connect client exited 0 without printing its result")
+        raise failure(
+            code, output, f"the Spark Connect client exited {code}", lambda text: mask_text(text, known)
+        )
 
     def on_kill(self) -> None:
         """Stop the Spark application, whether or not spark-submit is still running.
@@ -658,6 +735,9 @@ class FkJoinHook(BaseHook):
         and a Kubernetes driver pod is deleted. A kill before spark-submit started stops it from starting.
         """
         self._killed = True
+        if self._connect_run is not None:
+            self.interrupted = self._connect_run.on_kill()
+            self.log.info("Spark Connect operations interrupted: %s; session released", self.interrupted)
         hook = self._submit_hook
         if hook is None:
             return

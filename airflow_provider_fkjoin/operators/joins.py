@@ -62,10 +62,12 @@ _FALSE = frozenset({"false", "0", "no", "n", "off", "", "none"})
 #: Template fields every operator has besides its spec fields (subclasses list them after their own).
 COMMON_TEMPLATE_FIELDS: tuple[str, ...] = (
     "spec_file",
+    "conn_id",
     "conf",
     "env_vars",
     "full_refresh",
     "write_path",
+    "noop_check",
     "storage_conn_id",
 )
 #: The task state store key of the output version a task instance last reported (see ``execute``).
@@ -171,6 +173,8 @@ class _FkJoinOperator(BaseOperator):
     :param write_path: ``auto`` (default: the engine commits net changes where it can prove them right,
         else MERGE) or ``merge`` (always Delta's MERGE; an escape hatch, templated).
     :param spark_ui: start the Spark driver's web UI (off by default: it exposes the job's conf).
+    :param noop_check: before starting Spark, read the Delta logs (no JVM) and finish at once with the
+        ``noop`` result when no input moved since the last refresh (default on; templated).
     :param storage_conn_id: an AWS, Google Cloud or Azure connection for object-store tables (templated):
         the job's ``spark.hadoop.*`` settings and the ``deltalake`` options of the logs read without a JVM
         (:mod:`airflow_provider_fkjoin.credentials`), so no credential is written in the DAG.
@@ -209,6 +213,7 @@ class _FkJoinOperator(BaseOperator):
         full_refresh: bool | str = False,
         write_path: str = "auto",
         spark_ui: bool = False,
+        noop_check: bool | str = True,
         openlineage_inject_parent_job_info: bool = airflow_conf.getboolean(
             "openlineage", "spark_inject_parent_job_info", fallback=False
         ),
@@ -231,6 +236,7 @@ class _FkJoinOperator(BaseOperator):
         self.full_refresh = full_refresh
         self.write_path = write_path
         self.spark_ui = spark_ui
+        self.noop_check = noop_check
         self.openlineage_inject_parent_job_info = openlineage_inject_parent_job_info
         self._hook: FkJoinHook | None = None
         self._spec: dict[str, Any] | None = None
@@ -360,6 +366,7 @@ class _FkJoinOperator(BaseOperator):
             storage_conn_id=self.storage_conn_id,
             spark_submit_kwargs=self.spark_submit_kwargs,
             spark_ui=self.spark_ui,
+            noop_check=parse_flag(self.noop_check, "noop_check"),
         )
 
     def execute(self, context: Context) -> dict[str, Any]:

@@ -52,3 +52,16 @@ def record_refresh(
     if rows:
         metadata["rows"] = rows  # as a net-change commit records them
     return write_table(output, [1], metadata)
+
+
+class FakeStateStore:
+    """``context["task_state_store"]`` at its boundary: what one task instance keeps across its tries."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, Any] = {}
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.values.get(key, default)
+
+    def set(self, key: str, value: Any, retention: Any = None) -> None:
+        self.values[key] = value

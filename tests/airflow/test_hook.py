@@ -653,3 +653,92 @@ def test_nothing_moved_returns_the_noop_without_spark_submit(spark_conn, fake_sp
     assert FkJoinHook().run(spec, full_refresh=True)["source"] == "driver_stdout"  # asked for: it runs
     write_table(Path(spec["left"]["path"]), [2])
     assert FkJoinHook().run(spec)["source"] == "driver_stdout"  # an input moved: it runs
+
+
+# -- Spark Connect --------------------------------------------------------------------------------------
+FAKE_CONNECT_CLIENT = """\
+import json, os, sys
+scenario = json.loads(os.environ["FAKE_CONNECT_SCENARIO"])
+with open(os.environ["FAKE_CONNECT_RECORD"], "w") as f:
+    json.dump({"argv": sys.argv[1:], "SPARK_REMOTE": os.environ["SPARK_REMOTE"],
+               "FKJOIN_SPARK_CONF": os.environ["FKJOIN_SPARK_CONF"]}, f)
+for line in scenario.get("lines", []):
+    print(line, flush=True)
+sys.exit(scenario.get("exit", 0))
+"""
+
+
+@pytest.fixture
+def fake_connect_client(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """The engine's Connect client (the ``fkjoin`` CLI child) replaced by a script that records its argv
+    and environment and plays a scenario: the boundary is the child process, as for spark-submit."""
+    from airflow_provider_fkjoin.hooks.connect import SparkConnectRun
+
+    script, record = tmp_path / "fake_client.py", tmp_path / "client.json"
+    script.write_text(FAKE_CONNECT_CLIENT)
+    real = SparkConnectRun.command
+    monkeypatch.setattr(
+        SparkConnectRun, "command", lambda self, args: [sys.executable, str(script), *real(self, args)[3:]]
+    )
+    monkeypatch.setenv("FAKE_CONNECT_RECORD", str(record))
+
+    def scenario(**values: Any) -> None:
+        monkeypatch.setenv("FAKE_CONNECT_SCENARIO", json.dumps(values))
+
+    scenario()
+    return scenario, lambda: json.loads(record.read_text())
+
+
+def test_the_connect_clients_exact_argv_and_url():
+    from airflow_provider_fkjoin.hooks.connect import SparkConnectRun, with_session_id
+
+    run = SparkConnectRun("sc://h:15002/;token=abc")
+    assert run.command(["run", "--spec-json", "{}"]) == [
+        sys.executable, "-m", "airflow_provider_fkjoin.cli", "run", "--spec-json", "{}",
+    ]  # fmt: skip
+    assert run.url == f"sc://h:15002/;token=abc;session_id={run.session_id}"
+    assert (
+        with_session_id("sc://h:1/;session_id=old;user_id=u", "new") == "sc://h:1/;user_id=u;session_id=new"
+    )
+
+
+def test_a_spark_connect_connection_runs_the_engine_as_a_connect_client(
+    spark_conn, fake_connect_client, capsys
+):
+    scenario, recorded = fake_connect_client
+    spark_conn(
+        {"conn_type": "spark_connect", "host": "connect.example", "port": 15002, "login": "etl",
+         "password": "s3cr3tT0kenValue", "extra": {"use_ssl": True}},
+        conn_id="lake_connect",
+    )  # fmt: skip
+    scenario(lines=["FKJOIN_PHASE pinned 1.0", json.dumps(RESULT)])
+    hook = FkJoinHook("lake_connect", conf={"spark.sql.shuffle.partitions": "16"})
+    origin = {"dag_id": "d", "run_id": "r", "task_id": "t", "map_index": -1, "try_number": 1}
+    result = hook.run(SPEC, write_path="merge", origin=origin)
+    assert result == {**RESULT, "source": "driver_stdout"}
+    seen = recorded()
+    assert seen["argv"] == ["run", "--write-path", "merge", "--origin", json.dumps(origin, sort_keys=True),
+                            "--spec-json", SPEC_JSON]  # fmt: skip
+    session = hook._connect_run.session_id
+    assert seen["SPARK_REMOTE"] == (
+        f"sc://connect.example:15002/;user_id=etl;token=s3cr3tT0kenValue;use_ssl=True;session_id={session}"
+    )
+    assert json.loads(seen["FKJOIN_SPARK_CONF"]) == {"spark.sql.shuffle.partitions": "16"}
+    assert "s3cr3tT0kenValue" not in capsys.readouterr().out  # the URL is logged without its token
+
+
+@pytest.mark.parametrize(
+    ("code", "lines", "error"),
+    [
+        (2, ["error: SpecError: left.key: is required"], FkJoinBadInputError),
+        (75, ["error: ConcurrentRefreshError: another refresh committed first"], FkJoinRetryableError),
+        (1, ["error: UnknownException: boom"], FkJoinJobError),
+        (2, ["usage: fkjoin ..."], FkJoinJobError),
+    ],
+)
+def test_spark_connect_exit_codes(spark_conn, fake_connect_client, code, lines, error):
+    scenario, _ = fake_connect_client
+    spark_conn({"conn_type": "spark", "host": "sc://connect.example:15002"}, conn_id="sc_in_spark_conn")
+    scenario(lines=lines, exit=code)
+    with pytest.raises(error):
+        FkJoinHook("sc_in_spark_conn").run(SPEC)

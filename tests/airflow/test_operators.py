@@ -13,7 +13,7 @@ import pytest
 import yaml
 from airflow.sdk import DAG, Asset, AssetAlias
 from airflow.sdk.execution_time.context import OutletEventAccessors
-from airflow_support import record_refresh, write_table
+from airflow_support import FakeStateStore, record_refresh, write_table
 
 from airflow_provider_fkjoin.hooks.fkjoin import FkJoinBadInputError, FkJoinHook
 from airflow_provider_fkjoin.links import OUTPUT_TABLE_XCOM_KEY, SPARK_UI_XCOM_KEY
@@ -46,19 +46,6 @@ class FakeTI:
 
     def xcom_push(self, key: str, value: Any) -> None:
         self.pushed[key] = value
-
-
-class FakeStateStore:
-    """``context["task_state_store"]``: kept across the tries of one task instance."""
-
-    def __init__(self) -> None:
-        self.values: dict[str, Any] = {}
-
-    def get(self, key: str, default: Any = None) -> Any:
-        return self.values.get(key, default)
-
-    def set(self, key: str, value: Any, retention: Any = None) -> None:
-        self.values[key] = value
 
 
 def context(**extra: Any) -> dict[str, Any]:

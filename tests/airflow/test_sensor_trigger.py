@@ -20,7 +20,7 @@ from airflow.sdk.exceptions import (
     AirflowSkipException,
     TaskDeferred,
 )
-from airflow_support import record_refresh, write_table
+from airflow_support import FakeStateStore, record_refresh, write_table
 
 from airflow_provider_fkjoin.engine.watermarks import TableMissingError
 from airflow_provider_fkjoin.sensors import HighWatermarkSensor
@@ -38,19 +38,6 @@ from airflow_provider_fkjoin.triggers.high_watermark import (
 class FakeTI:
     def __init__(self, try_number: int = 1) -> None:
         self.try_number = try_number
-
-
-class FakeStateStore:
-    """The task instance's state store (``context["task_state_store"]``): kept across pokes and tries."""
-
-    def __init__(self) -> None:
-        self.values: dict[str, Any] = {}
-
-    def get(self, key: str, default: Any = None) -> Any:
-        return self.values.get(key, default)
-
-    def set(self, key: str, value: Any, retention: Any = None) -> None:
-        self.values[key] = value
 
 
 def ctx(store: FakeStateStore | None = None, try_number: int = 1) -> dict[str, Any]:

@@ -104,3 +104,48 @@ def spark_standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Spark
     finally:
         worker.stop()
         master.stop()
+
+
+# ---------------------------------------------------------------------------------------- Spark Connect
+
+
+@dataclass
+class SparkConnectServer:
+    """A running Spark Connect server with Delta (``fkjoin connect-server``)."""
+
+    url: str
+    port: int
+    service: Service
+
+
+def _accepts(port: int) -> bool:
+    import socket
+
+    with socket.socket() as sock:
+        sock.settimeout(1)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+@pytest.fixture(scope="module")
+def spark_connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkConnectServer]:
+    """``fkjoin connect-server`` on 127.0.0.1 (local[2], 2 GiB, 2 shuffle partitions), ready when its
+    gRPC port accepts connections; stopped by PID at the end."""
+    import sys
+
+    root = tmp_path_factory.mktemp("spark-connect")
+    port = free_port()
+    argv = [
+        sys.executable, "-m", "airflow_provider_fkjoin.cli", "--master", "local[2]",
+        "--conf", "spark.driver.memory=2g", "--conf", "spark.sql.shuffle.partitions=2",
+        "--conf", "spark.default.parallelism=2", "--conf", "spark.databricks.delta.snapshotPartitions=2",
+        "--conf", f"spark.sql.warehouse.dir={root / 'warehouse'}",
+        "connect-server", "--host", "127.0.0.1", "--port", str(port),
+    ]  # fmt: skip
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
+    server = Service("spark-connect", argv, root / "server.log", env=env, cwd=root)
+    try:
+        server.start()
+        wait_for(lambda: _accepts(port), timeout_s=120, what="the Spark Connect port", services=[server])
+        yield SparkConnectServer(f"sc://127.0.0.1:{port}", port, server)
+    finally:
+        server.stop()

@@ -7,6 +7,7 @@ machine, ``docker compose config`` validates the file against the Compose specif
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -86,6 +87,21 @@ def test_compose_wires_airflow_to_the_spark_cluster() -> None:
     warehouse = _env(services["airflow-scheduler"])["FKJOIN_WAREHOUSE"]
     assert mount("airflow-scheduler") == mount("spark-worker") == warehouse
     assert services["airflow-scheduler"]["hostname"] == "airflow-scheduler"
+
+    # the Spark Connect server: fkjoin connect-server on the cluster, reachable as spark_connect_default,
+    # and the Delta tables at the same path as for the Airflow worker (the hook reads their logs too)
+    connect = services["spark-connect"]
+    command = connect["entrypoint"]
+    assert command[:3] == ["fkjoin", "--master", f"spark://{host}:{port}"] and "connect-server" in command
+    connect_port = command[command.index("--port") + 1]
+    assert command[command.index("--host") + 1] == "0.0.0.0"
+    assert "spark.driver.host=spark-connect" in command and connect["hostname"] == "spark-connect"
+    assert mount("spark-connect") == warehouse
+    for name in airflow:
+        conn = json.loads(_env(services[name])["AIRFLOW_CONN_SPARK_CONNECT_DEFAULT"])
+        assert conn == {"conn_type": "spark_connect", "host": "spark-connect", "port": int(connect_port)}, (
+            name
+        )
 
 
 def _tool(name: str) -> str | None:

@@ -1,0 +1,365 @@
+"""The engine and the Airflow hook through a real Spark Connect server on 127.0.0.1 (``fkjoin
+connect-server``: pyspark's own Connect server with Delta's jars; no Delta Connect plugin).
+
+* Every join kind, refreshed over Spark Connect (the ``fkjoin`` CLI as a Connect client, as the hook runs
+  it) and by the classic engine, from the same inputs at the same versions, twice (a first run, then
+  changes): the outputs are the same rows. The classic engine is checked against models elsewhere; the
+  foreign-key join is also checked here against a join recomputed in Python.
+* The hook with a ``spark_connect`` connection: a full refresh, an incremental one, a noop (decided by the
+  engine over Connect, and by the no-JVM check), bad input failing without retry (a missing column, and
+  ``rand()`` refused by the Connect reading of expressions), all with their result or error class.
+* ``on_kill`` during a refresh: the server-side operations are interrupted, the client ends, nothing is
+  committed, and the session is released on the server.
+
+The engine runs over Connect only in child processes: a Connect session switches PySpark's functions to
+Connect mode for the whole process, and this one holds the classic test session.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers import (
+    CUSTOMERS,
+    ORDERS,
+    append_rows,
+    create_table,
+    delete_keys,
+    oracle,
+    output_state,
+    upsert,
+    write,
+)
+
+from airflow_provider_fkjoin.engine import run_spec
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+
+
+def run_over_connect(url: str, spec: dict[str, Any]) -> dict[str, Any]:
+    """``fkjoin run`` as a Spark Connect client in a child process; its result line."""
+    done = subprocess.run(
+        [sys.executable, "-m", "airflow_provider_fkjoin.cli", "--master", url, "run", "--spec-json",
+         json.dumps(spec)],
+        capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def rows(spark: Any, path: Path) -> list[tuple[Any, ...]]:
+    frame = spark.read.format("delta").load(str(path))
+    return sorted((tuple(row) for row in frame.collect()), key=repr)
+
+
+@dataclass
+class Scenario:
+    """One join: its input tables (schema, first rows), its spec over them, and the changes between the
+    first and the second refresh."""
+
+    tables: dict[str, tuple[str, list[dict[str, Any]]]]
+    spec: Callable[[dict[str, str], str], dict[str, Any]]
+    change: Callable[[Any, dict[str, str]], None]
+
+
+EVENTS = "k string, t long, seq int, v string"
+SCENARIOS = {
+    "foreign_key_join": Scenario(
+        {
+            "orders": (
+                ORDERS,
+                [{"order_id": i, "customer_id": 10 + i % 3, "amount": i * 1.5} for i in range(8)],
+            ),
+            "customers": (CUSTOMERS, [{"customer_id": 10 + i, "name": f"c{i}"} for i in range(3)]),
+        },
+        lambda p, out: {
+            "kind": "foreign_key_join",
+            "left": {"path": p["orders"], "key": ["order_id"]},
+            "right": {"path": p["customers"], "key": ["customer_id"]},
+            "foreign_key": ["customer_id"],
+            "how": "left",
+            "columns": {"customer_id": "l.customer_id", "amount": "l.amount * 2", "name": "upper(r.name)"},
+            "output": {"path": out},
+        },
+        lambda spark, p: (
+            upsert(spark, p["customers"], [{"customer_id": 11, "name": "renamed"}], ["customer_id"]),
+            delete_keys(spark, p["orders"], [2], ["order_id"]),
+            upsert(spark, p["orders"], [{"order_id": 3, "customer_id": 12, "amount": 9.0}], ["order_id"]),
+        ),
+    ),
+    "global_table_bootstrap": Scenario(
+        {
+            "cdc": (
+                "product_id long, op string, lsn long, name string",
+                [
+                    {"product_id": i % 4, "op": "c" if i < 4 else "u", "lsn": i, "name": f"p{i}"}
+                    for i in range(7)
+                ],
+            )
+        },
+        lambda p, out: {
+            "kind": "global_table_bootstrap",
+            "source": {
+                "path": p["cdc"],
+                "key": ["product_id"],
+                "changelog": {"op_column": "op", "order_by": ["lsn"]},
+            },
+            "output": {"path": out},
+        },
+        lambda spark, p: append_rows(
+            spark,
+            p["cdc"],
+            [
+                {"product_id": 1, "op": "d", "lsn": 10, "name": None},
+                {"product_id": 9, "op": "c", "lsn": 11, "name": "new"},
+                {"product_id": 2, "op": "u", "lsn": 12, "name": "p2b"},
+            ],
+        ),
+    ),
+    "stream_table_join": Scenario(
+        {
+            "stream": (
+                "order_id long, product_id long",
+                [{"order_id": i, "product_id": i % 3} for i in range(5)],
+            ),
+            "table": ("product_id long, name string", [{"product_id": i, "name": f"p{i}"} for i in range(2)]),
+        },
+        lambda p, out: {
+            "kind": "stream_table_join",
+            "stream": {"path": p["stream"]},
+            "table": {"path": p["table"], "key": ["product_id"]},
+            "key_mapper": ["product_id"],
+            "how": "left",
+            "allow_unbootstrapped_table": True,
+            "output": {"path": out},
+        },
+        lambda spark, p: (
+            upsert(spark, p["table"], [{"product_id": 2, "name": "late"}], ["product_id"]),
+            append_rows(
+                spark, p["stream"], [{"order_id": 10, "product_id": 2}, {"order_id": 11, "product_id": 0}]
+            ),
+        ),
+    ),
+    "windowed_join (stream)": Scenario(
+        {
+            "left": (
+                EVENTS,
+                [{"k": "a", "t": 10, "seq": 1, "v": "l1"}, {"k": "b", "t": 20, "seq": 2, "v": "l2"}],
+            ),
+            "right": (EVENTS, [{"k": "a", "t": 12, "seq": 1, "v": "r1"}]),
+        },
+        lambda p, out: {
+            "kind": "windowed_join",
+            "mode": "stream",
+            "left": {"path": p["left"], "key": ["k"], "time": "t", "order_by": ["seq"]},
+            "right": {"path": p["right"], "key": ["k"], "time": "t", "order_by": ["seq"]},
+            "window": {"before": 5, "after": 5, "grace": 2},
+            "how": "outer",
+            "columns": {"k": "coalesce(l.k, r.k)", "lv": "l.v", "rv": "r.v"},
+            "output": {"path": out},
+        },
+        lambda spark, p: (
+            append_rows(spark, p["right"], [{"k": "b", "t": 22, "seq": 2, "v": "r2"}]),
+            append_rows(spark, p["left"], [{"k": "c", "t": 40, "seq": 3, "v": "l3"}]),
+        ),
+    ),
+    "self_join": Scenario(
+        {"events": (EVENTS, [{"k": "a", "t": t, "seq": t, "v": f"e{t}"} for t in (1, 4, 30)])},
+        lambda p, out: {
+            "kind": "self_join",
+            "input": {"path": p["events"], "key": ["k"], "time": "t", "order_by": ["seq"]},
+            "window": {"before": 5, "after": 5},
+            "columns": {"k": "l.k", "first": "l.v", "second": "r.v"},
+            "output": {"path": out},
+        },
+        lambda spark, p: append_rows(spark, p["events"], [{"k": "a", "t": 33, "seq": 40, "v": "e33"}]),
+    ),
+    "windowed_join (table)": Scenario(
+        {
+            "now": (
+                "service string, errors long",
+                [{"service": s, "errors": i} for i, s in enumerate("abc")],
+            ),
+            "before": (
+                "service string, errors long",
+                [{"service": s, "errors": 10 + i} for i, s in enumerate("bcd")],
+            ),
+        },
+        lambda p, out: {
+            "kind": "windowed_join",
+            "mode": "table",
+            "left": {"path": p["now"], "key": ["service"]},
+            "right": {"path": p["before"], "key": ["service"]},
+            "how": "outer",
+            "columns": {"errors_now": "l.errors", "errors_before": "r.errors"},
+            "output": {"path": out},
+        },
+        lambda spark, p: (
+            upsert(
+                spark, p["now"], [{"service": "d", "errors": 7}, {"service": "a", "errors": 5}], ["service"]
+            ),
+            delete_keys(spark, p["before"], ["b"], ["service"]),
+        ),
+    ),
+    "multiway_join": Scenario(
+        {
+            "review": (
+                "review_id long, biz_id long, stars int",
+                [{"review_id": i, "biz_id": i % 2, "stars": i} for i in range(4)],
+            ),
+            "business": (
+                "business_id long, name string",
+                [{"business_id": b, "name": f"b{b}"} for b in range(2)],
+            ),
+        },
+        lambda p, out: {
+            "kind": "multiway_join",
+            "inputs": [
+                {"name": "review", "path": p["review"], "key": ["review_id"], "join_keys": ["biz_id"]},
+                {
+                    "name": "business",
+                    "path": p["business"],
+                    "key": ["business_id"],
+                    "join_keys": ["business_id"],
+                    "aliases": [{"from": "business_id", "to": "biz_id"}],
+                },
+            ],
+            "output": {"path": out, "pkey": ["review_id"]},
+        },
+        lambda spark, p: (
+            upsert(spark, p["business"], [{"business_id": 1, "name": "renamed"}], ["business_id"]),
+            upsert(spark, p["review"], [{"review_id": 0, "biz_id": 1, "stars": 5}], ["review_id"]),
+        ),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_every_kind_over_spark_connect_equals_the_classic_engine(
+    spark: Any, spark_connect_server: Any, tmp_path: Path, name: str
+) -> None:
+    scenario = SCENARIOS[name]
+    paths = {table: str(tmp_path / table) for table in scenario.tables}
+    for table, (schema, first) in scenario.tables.items():
+        create_table(spark, paths[table], first, schema)
+    classic_spec = scenario.spec(paths, str(tmp_path / "out_classic"))
+    connect_spec = scenario.spec(paths, str(tmp_path / "out_connect"))
+    for refresh in ("first", "second"):
+        if refresh == "second":
+            scenario.change(spark, paths)
+        classic = run_spec(classic_spec, spark=spark)
+        remote = run_over_connect(spark_connect_server.url, connect_spec)
+        assert remote["mode"] == classic["mode"], (refresh, remote, classic)
+        assert remote["inputs"] == classic["inputs"], refresh
+        got = rows(spark, tmp_path / "out_connect")
+        assert got == rows(spark, tmp_path / "out_classic"), f"{name}, {refresh} refresh"
+        assert got, f"{name}: an empty output proves nothing"
+
+
+# -- the hook --------------------------------------------------------------------------------------------
+@pytest.fixture
+def connect_conn(spark_connect_server: Any, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A ``spark_connect`` connection (the Spark provider's type) to the test server."""
+    conn = {"conn_type": "spark_connect", "host": "127.0.0.1", "port": spark_connect_server.port}
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_CONNECT_E2E", json.dumps(conn))
+    return "spark_connect_e2e"
+
+
+def _fk(tmp_path: Path, **overrides: Any) -> dict[str, Any]:
+    return {
+        "kind": "foreign_key_join",
+        "left": {"path": str(tmp_path / "orders"), "key": ["order_id"]},
+        "right": {"path": str(tmp_path / "customers"), "key": ["customer_id"]},
+        "foreign_key": ["customer_id"],
+        "how": "left",
+        "output": {"path": str(tmp_path / "out")},
+        **overrides,
+    }
+
+
+def test_hook_refresh_noop_and_bad_input_through_spark_connect(
+    spark: Any, connect_conn: str, tmp_path: Path
+) -> None:
+    from airflow_provider_fkjoin.hooks.fkjoin import FkJoinBadInputError, FkJoinHook
+
+    write(spark, [(1, 10, 1.0), (2, 20, 2.0), (3, None, 3.0)], ORDERS, tmp_path / "orders")
+    write(spark, [(10, "a"), (20, "b")], CUSTOMERS, tmp_path / "customers")
+    spec = _fk(tmp_path)
+    first = FkJoinHook(connect_conn).run(spec)
+    assert (first["mode"], first["source"]) == ("full", "driver_stdout"), first
+    assert output_state(spark, tmp_path / "out") == oracle(spark, first, "left")
+
+    upsert(spark, str(tmp_path / "customers"), [{"customer_id": 20, "name": "B"}], ["customer_id"])
+    delete_keys(spark, str(tmp_path / "orders"), [1], ["order_id"])
+    second = FkJoinHook(connect_conn).run(spec)
+    assert (second["mode"], second["write_path"]) == ("incremental", "merge"), second
+    assert output_state(spark, tmp_path / "out") == oracle(spark, second, "left")
+
+    engine_noop = FkJoinHook(connect_conn, noop_check=False).run(spec)
+    assert (engine_noop["mode"], engine_noop["source"]) == ("noop", "driver_stdout")
+    checked_noop = FkJoinHook(connect_conn).run(spec)
+    assert (checked_noop["mode"], checked_noop["source"]) == ("noop", "precheck")
+
+    with pytest.raises(FkJoinBadInputError, match=r"columns\.x"):
+        FkJoinHook(connect_conn).run(
+            _fk(tmp_path, columns={"x": "l.no_such_column"}, output={"path": str(tmp_path / "o2")})
+        )
+    with pytest.raises(
+        FkJoinBadInputError, match=r"columns\.noise: expression 'rand\(\)' uses a non-deterministic"
+    ):
+        FkJoinHook(connect_conn).run(
+            _fk(tmp_path, columns={"noise": "rand()"}, output={"path": str(tmp_path / "o3")})
+        )
+    assert not (tmp_path / "o2").exists() and not (tmp_path / "o3").exists()
+
+
+def test_on_kill_interrupts_the_refresh_and_releases_its_session(
+    spark: Any, connect_conn: str, tmp_path: Path
+) -> None:
+    """A refresh over a few million rows is killed once its write has begun (``merge_started``: the
+    output's creation, seconds of work on the server): that operation is interrupted, the client ends,
+    the output gets no commit, and the session is gone on the server."""
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+    from airflow_provider_fkjoin.hooks.fkjoin import FkJoinHook
+
+    (
+        spark.range(3_000_000)
+        .selectExpr("id AS order_id", "id % 1000 AS customer_id", "CAST(id AS DOUBLE) AS amount")
+        .write.format("delta").option("delta.enableChangeDataFeed", "true").save(str(tmp_path / "orders"))
+    )  # fmt: skip
+    write(spark, [(i, f"c{i}") for i in range(1000)], CUSTOMERS, tmp_path / "customers")
+    hook = FkJoinHook(connect_conn, env_vars={"FKJOIN_TRACE": "1"})
+    failures: list[BaseException] = []
+
+    def refresh() -> None:
+        try:
+            hook.run(_fk(tmp_path, columns={"amount": "l.amount * 2", "name": "r.name"}))
+        except BaseException as error:
+            failures.append(error)
+
+    thread = threading.Thread(target=refresh, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 300
+    while hook._connect_output is None or hook._connect_output.phase != "merge_started":
+        assert thread.is_alive() and time.monotonic() < deadline, failures or "the write never started"
+        time.sleep(0.05)  # a poll interval: the phase the child printed decides
+    hook.on_kill()
+    thread.join(60)
+    assert not thread.is_alive() and failures, "the killed refresh must fail"
+    assert hook.interrupted, "no operation was running on the server to interrupt"
+    assert hook._connect_run is not None and hook._connect_run._process.poll() is not None
+    assert not (tmp_path / "out" / "_delta_log").exists(), "a killed first refresh committed"
+
+    session = ConnectSession.builder.remote(hook._connect_run.url).create()
+    with pytest.raises(Exception, match=r"SESSION_CLOSED|INVALID_HANDLE"):
+        session.sql("SELECT 1").collect()
