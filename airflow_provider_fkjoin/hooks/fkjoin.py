@@ -594,13 +594,13 @@ class FkJoinHook(BaseHook):
             unchanged = self.unchanged_result(spec)
             if unchanged is not None:
                 return unchanged
-        before = self._output_version(location)
         connection = self.get_conn()
         url = connect_url(connection, self.conn_id)
         if url is not None:
-            args = fkjoin_cli_args(spec, full_refresh=full_refresh, write_path=parse_write_path(write_path),
-                                   origin=origin)  # fmt: skip
+            write_path = parse_write_path(write_path)
+            args = fkjoin_cli_args(spec, full_refresh=full_refresh, write_path=write_path, origin=origin)
             return self.run_connect(url, args)
+        before = self._output_version(location)
         master = _master_of(connection)
         extra = connection.extra_dejson
         ui_enabled = self.spark_ui_enabled

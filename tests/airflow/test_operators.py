@@ -205,7 +205,7 @@ def test_relative_spec_file_is_found_next_to_the_dag_file(tmp_path: Path):
     assert op.build_spec()["output"] == {"path": "/w/g"}
 
 
-def test_templated_arguments_are_rendered():
+def test_templated_arguments_are_rendered(submitted):
     with DAG("templated", schedule=None, start_date=START, params={"wh": "/lake"}):
         op = StreamTableJoinOperator(
             task_id="enrich",
@@ -222,6 +222,8 @@ def test_templated_arguments_are_rendered():
     assert spec["table"] == {"path": "/lake/products_global", "key": ["product_id"]}
     assert spec["output"] == {"path": "/lake/orders_enriched"}
     assert spec["kind"] == "stream_table_join"
+    op.execute(ctx)  # the rendered output gets its asset event through the alias
+    assert [asset for asset, _ in events(ctx, op)] == [Asset(uri="file:///lake/orders_enriched")]
 
 
 def test_global_table_bootstrap_spec():

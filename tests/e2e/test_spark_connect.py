@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from e2e_support import wait_for
 from helpers import (
     CUSTOMERS,
     ORDERS,
@@ -356,7 +357,9 @@ def test_on_kill_interrupts_the_refresh_and_releases_its_session(
     hook.on_kill()
     thread.join(60)
     assert not thread.is_alive() and failures, "the killed refresh must fail"
-    assert hook.interrupted, "no operation was running on the server to interrupt"
+    # on_kill waits at most 3 s (Airflow's grace period) for the interrupt: on a loaded machine it can
+    # land after that, into the same list
+    wait_for(lambda: hook.interrupted, timeout_s=60, what="the server to interrupt the write")
     assert hook._connect_run is not None and hook._connect_run._process.poll() is not None
     assert not (tmp_path / "out" / "_delta_log").exists(), "a killed first refresh committed"
 
