@@ -9,9 +9,11 @@ of it a JVM starting for spark-submit, even when nothing changed. This measures 
 * ``noop via the no-JVM check`` (the hook reads the Delta logs and never starts Spark).
 
 Each is timed at two levels: the hook's ``run`` in this process (what a task's ``execute`` spends, with
-phases from ``FKJOIN_TRACE``: start until the inputs are pinned, pinned until committed, committed until
-the hook returns), and a whole ``airflow tasks test`` of the same operator (a fresh process: Airflow's
-start, DAG parsing, the task, its teardown). Cases run round-robin so drift hits them alike.
+phases from ``FKJOIN_TRACE``: start until the inputs are pinned (the JVM's or the session's start),
+pinned until the changes are read, until the write starts, until it commits, until the hook returns),
+and a whole ``airflow tasks test`` of the same operator: the process's wall time (Airflow's own start,
+DAG parsing, an in-process API server) and the task's run (from Airflow's "Task started" to its end,
+what a worker spends). Cases run round-robin so drift hits them alike.
 
     .venv/bin/python bench/bench_airflow_modes.py --repeat 5 --json-out bench/results_airflow_modes.json
 """
@@ -19,8 +21,9 @@ start, DAG parsing, the task, its teardown). Cases run round-robin so drift hits
 from __future__ import annotations
 
 import argparse
+import datetime as dt
+import itertools
 import json
-import logging
 import os
 import re
 import shutil
@@ -45,19 +48,9 @@ CASES = [
     ("noop via Spark Connect", "spark_connect_bench", False, False),
     ("noop via the no-JVM check", "spark_default", True, False),
 ]
-_PHASE = re.compile(r"FKJOIN_PHASE (\w+) ([\d.]+)")
-
-
-class PhaseLines(logging.Handler):
-    """Collects ``FKJOIN_PHASE <name> <monotonic s>`` lines the hook logs from its child process."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.phases: dict[str, float] = {}
-
-    def emit(self, record: logging.LogRecord) -> None:
-        for name, stamp in _PHASE.findall(record.getMessage()):
-            self.phases.setdefault(name, float(stamp))
+_LOG_TIME = r"^(\d{4}-\d\d-\d\dT[\d:.]+Z) \[\w+\s*\] "
+_TASK_STARTED = re.compile(_LOG_TIME + r"Task started", re.MULTILINE)
+_TASK_ENDED = re.compile(_LOG_TIME + r"\[DAG TEST\] end task", re.MULTILINE)
 
 
 def seed(warehouse: Path) -> None:
@@ -110,22 +103,13 @@ def start_connect_server(workdir: Path, port: int) -> subprocess.Popen[bytes]:
 def time_hook(conn_id: str, noop_check: bool, the_spec: dict[str, Any]) -> dict[str, Any]:
     from airflow_provider_fkjoin.hooks.fkjoin import FkJoinHook
 
-    phases = PhaseLines()
-    logging.getLogger().addHandler(phases)
+    hook = FkJoinHook(conn_id, noop_check=noop_check, env_vars={"FKJOIN_TRACE": "1"})
     started = time.monotonic()
-    try:
-        result = FkJoinHook(conn_id, noop_check=noop_check, env_vars={"FKJOIN_TRACE": "1"}).run(the_spec)
-    finally:
-        logging.getLogger().removeHandler(phases)
+    result = hook.run(the_spec)
     ended = time.monotonic()
-    seen = phases.phases
-    split = {}
-    if "pinned" in seen and "committed" in seen:
-        split = {
-            "start_to_pinned_s": round(seen["pinned"] - started, 3),
-            "pinned_to_committed_s": round(seen["committed"] - seen["pinned"], 3),
-            "committed_to_return_s": round(ended - seen["committed"], 3),
-        }
+    seen = hook.driver_output.phases if hook.driver_output is not None else {}
+    marks = [("start", started), *sorted(seen.items(), key=lambda item: item[1]), ("return", ended)]
+    split = {f"{a}_to_{b}_s": round(t_b - t_a, 3) for (a, t_a), (b, t_b) in itertools.pairwise(marks)}
     return {
         "wall_s": round(ended - started, 3),
         "mode": result["mode"],
@@ -147,11 +131,17 @@ def time_task(env: dict[str, str], conn_id: str, noop_check: bool) -> dict[str, 
         raise SystemExit(
             f"airflow tasks test failed ({done.returncode}):\n{(done.stdout + done.stderr)[-3000:]}"
         )
-    return {"wall_s": round(wall, 3), "mode": modes[-1]}
+    output = done.stdout + done.stderr
+    started_at, ended_at = _TASK_STARTED.search(output), _TASK_ENDED.search(output)
+    task = {}
+    if started_at and ended_at:
+        span = dt.datetime.fromisoformat(ended_at.group(1)) - dt.datetime.fromisoformat(started_at.group(1))
+        task = {"task_run_s": round(span.total_seconds(), 3)}
+    return {"wall_s": round(wall, 3), **task, "mode": modes[-1]}
 
 
 def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    keys = [k for k in runs[0] if k.endswith("_s")]
+    keys = list(dict.fromkeys(k for r in runs for k in r if k.endswith("_s")))
     return {
         "runs": runs,
         **{

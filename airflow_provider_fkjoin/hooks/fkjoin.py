@@ -27,6 +27,7 @@ Spark's own redaction covers its UI and event log, and the driver UI is off unle
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -246,6 +247,8 @@ class DriverOutput:
         self.yarn_exit_code: int | None = None
         #: The last phase the refresh reported (``FKJOIN_TRACE=1``: ``pinned``, ``merge_started``...).
         self.phase: str | None = None
+        #: Every phase reported, with its ``time.monotonic()`` stamp on the driver's host.
+        self.phases: dict[str, float] = {}
         self._on_app_info = on_app_info
 
     def feed(self, line: str) -> None:
@@ -254,7 +257,11 @@ class DriverOutput:
         if (found := _YARN_USER_EXIT.search(line)) is not None:
             self.yarn_exit_code = int(found.group(1))
         if line.startswith("FKJOIN_PHASE "):
-            self.phase = line.split()[1] if len(line.split()) > 1 else None
+            parts = line.split()
+            self.phase = parts[1] if len(parts) > 1 else None
+            if len(parts) == 3 and self.phase is not None:
+                with contextlib.suppress(ValueError):
+                    self.phases.setdefault(self.phase, float(parts[2]))
         if line.startswith(APP_INFO_PREFIX):
             try:
                 info = json.loads(line.removeprefix(APP_INFO_PREFIX))
@@ -387,7 +394,8 @@ class FkJoinHook(BaseHook):
         self.noop_check = noop_check
         self._submit_hook: SparkSubmitHook | None = None
         self._connect_run: SparkConnectRun | None = None
-        self._connect_output: DriverOutput | None = None
+        #: What the last refresh's driver printed (its result, error, phases), once it started.
+        self.driver_output: DriverOutput | None = None
         #: The Spark Connect operations ``on_kill`` interrupted (their ids).
         self.interrupted: list[str] = []
         self._killed = False
@@ -611,7 +619,7 @@ class FkJoinHook(BaseHook):
             if url and on_spark_ui is not None:
                 on_spark_ui(url)
 
-        output = DriverOutput(on_app_info=app_info)
+        output = self.driver_output = DriverOutput(on_app_info=app_info)
         hook = self.build_submit_hook(
             spec, on_line=output.feed, full_refresh=full_refresh, write_path=write_path, origin=origin
         )
@@ -708,7 +716,7 @@ class FkJoinHook(BaseHook):
         )
         for value in known:
             mask_secret(value)
-        output = self._connect_output = DriverOutput()
+        output = self.driver_output = DriverOutput()
 
         def line(text: str) -> None:
             output.feed(text)

@@ -742,3 +742,19 @@ def test_spark_connect_exit_codes(spark_conn, fake_connect_client, code, lines, 
     scenario(lines=lines, exit=code)
     with pytest.raises(error):
         FkJoinHook("sc_in_spark_conn").run(SPEC)
+
+
+def test_driver_output_keeps_the_result_error_and_each_phase_stamp():
+    output = fkjoin_hook.DriverOutput()
+    for line in [
+        "FKJOIN_PHASE pinned 10.500",
+        "some Spark log line",
+        "FKJOIN_PHASE committed 12.250",
+        "FKJOIN_PHASE committed 13.000",  # a second marker of a phase keeps the first stamp
+        "FKJOIN_PHASE odd",
+        '{"kind": "foreign_key_join", "mode": "noop"}',
+    ]:
+        output.feed(line)
+    assert output.phases == {"pinned": 10.5, "committed": 12.25}
+    assert output.phase == "odd"
+    assert output.result == {"kind": "foreign_key_join", "mode": "noop"}

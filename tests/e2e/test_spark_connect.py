@@ -351,7 +351,7 @@ def test_on_kill_interrupts_the_refresh_and_releases_its_session(
     thread = threading.Thread(target=refresh, daemon=True)
     thread.start()
     deadline = time.monotonic() + 300
-    while hook._connect_output is None or hook._connect_output.phase != "merge_started":
+    while hook.driver_output is None or hook.driver_output.phase != "merge_started":
         assert thread.is_alive() and time.monotonic() < deadline, failures or "the write never started"
         time.sleep(0.05)  # a poll interval: the phase the child printed decides
     hook.on_kill()
