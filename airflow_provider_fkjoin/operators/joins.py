@@ -379,6 +379,12 @@ class _FkJoinOperator(BaseOperator):
         if output:
             push_link(context, OUTPUT_TABLE_XCOM_KEY, table_browser_url(output))
         origin = task_origin(context)
+        spark_ui: list[str] = []
+
+        def show_spark_ui(url: str) -> None:
+            spark_ui.append(url)
+            push_link(context, SPARK_UI_XCOM_KEY, url)
+
         result = self._earlier_try(context, output, origin)
         if result is None:
             self._hook = self.make_hook(context)
@@ -386,11 +392,15 @@ class _FkJoinOperator(BaseOperator):
                 self.log.info("%s: full refresh requested: the output is rebuilt from its inputs", self.kind)
             result = self._hook.run(
                 spec,
-                on_spark_ui=lambda url: push_link(context, SPARK_UI_XCOM_KEY, url),
+                on_spark_ui=show_spark_ui,
                 full_refresh=full_refresh,
                 write_path=write_path,
                 origin=origin,
             )
+        if not spark_ui:
+            # no Spark UI (a noop, Spark Connect): an empty link, so Airflow's link lookup after the task
+            # finds a value instead of logging "XCom not found" as an error
+            context["ti"].xcom_push(key=SPARK_UI_XCOM_KEY, value="")
         self.log.info(
             "%s: mode=%s (%s) output version=%s rows=%s",
             self.kind,

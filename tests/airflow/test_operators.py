@@ -833,6 +833,8 @@ def test_an_event_only_when_the_output_changed(monkeypatch, mode, rows, emitted)
     op.execute(ctx)
     assert bool(events(ctx, op)) is emitted
     assert (REPORTED_VERSION_KEY in ctx["task_state_store"].values) is (mode != "noop")
+    # no Spark UI reported: an empty link, which Airflow's link lookup after the task reads without error
+    assert ctx["ti"].pushed[SPARK_UI_XCOM_KEY] == ""
 
 
 def test_a_retry_reports_the_refresh_an_earlier_try_committed(tmp_path: Path, submitted):
