@@ -8,8 +8,11 @@ output holds, so the output's change feed has at most one net change per key and
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import datetime
 import logging
+import re
 import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -31,7 +34,7 @@ from .commit_log import (
     read_output_log,
     session_settings,
 )
-from .errors import ConcurrentRefreshError
+from .errors import ConcurrentRefreshError, SpecError
 from .internals import is_concurrent_modification
 from .ownership import OWNER_PROPERTY, Ownership
 from .planning import InputState, RebuildRequired, RefreshPlan, plan_refresh, refresh_result
@@ -48,6 +51,19 @@ OUTPUT_PROPERTIES = {
     "delta.enableChangeDataFeed": "true",
     "delta.enableDeletionVectors": "true",
 }
+#: Characters Delta accepts in a column name only with column mapping on (its physical names are then
+#: generated): an output with such a column is created with ``delta.columnMapping.mode = name``.
+_NEEDS_COLUMN_MAPPING = re.compile(r"[ ,;{}()\n\t=]")
+COLUMN_MAPPING = {"delta.columnMapping.mode": "name"}
+
+
+def needs_column_mapping(columns: list[str]) -> bool:
+    """Whether Delta can store these column names only with column mapping on.
+
+    >>> needs_column_mapping(["order id", "total"]), needs_column_mapping(["a.b", "na`me", "naïve"])
+    (True, False)
+    """
+    return any(_NEEDS_COLUMN_MAPPING.search(name) for name in columns)
 
 
 @dataclass(frozen=True)
@@ -312,6 +328,7 @@ def _write_rows(output: DeltaHandle, rows: DataFrame, request: CommitRequest, mo
     (replace, schema included; properties are kept) or ``append``. Another refresh creating or
     committing first is a ConcurrentRefreshError.
     """
+    require_writable_columns(rows.columns)
     if mode == "create":
         return _create_table(output, rows, request)
     _claim_owner(output, request)
@@ -324,6 +341,7 @@ def _write_rows(output: DeltaHandle, rows: DataFrame, request: CommitRequest, mo
     )
     if mode == "overwrite":
         writer = writer.option("overwriteSchema", "true")
+        _map_columns_if_needed(output, rows.columns)
     with _conflicts_are_concurrent(output):
         if output.ref.path is not None:
             writer.save(output.ref.path)
@@ -334,23 +352,77 @@ def _write_rows(output: DeltaHandle, rows: DataFrame, request: CommitRequest, mo
 
 def _create_table(output: DeltaHandle, rows: DataFrame, request: CommitRequest) -> Commit:
     """Create the output (CTAS) with CDF, deletion vectors and ``fkjoin.owner`` in its first commit."""
+    if needs_column_mapping(rows.columns):
+        return _create_mapped_table(output, rows, request)
+    return _create_as_select(output, rows, {**OUTPUT_PROPERTIES, OWNER_PROPERTY: request.owner}, request)
+
+
+def _create_mapped_table(output: DeltaHandle, rows: DataFrame, request: CommitRequest) -> Commit:
+    """Create an output whose column names need column mapping (``order id``).
+
+    Delta refuses change data feed and column mapping together in one CREATE TABLE AS SELECT, so the
+    table is created empty with column mapping and its owner, then gets its change data feed, and its rows
+    come last, in the commit that carries the refresh's progress. A crash before that commit leaves an
+    empty table with no progress, which the next refresh rebuilds in full."""
+    created = {**OUTPUT_PROPERTIES, **COLUMN_MAPPING, OWNER_PROPERTY: request.owner}
+    cdf = "delta.enableChangeDataFeed"
+    _create_as_select(output, rows.limit(0), {k: v for k, v in created.items() if k != cdf}, None)
+    output.spark.sql(f"ALTER TABLE {output.sql_identifier} SET TBLPROPERTIES ('{cdf}' = 'true')")
+    return _write_rows(output, rows, dataclasses.replace(request, claim=False), "append")
+
+
+def _create_as_select(
+    output: DeltaHandle, rows: DataFrame, properties: dict[str, str], request: CommitRequest | None
+) -> Commit | None:
+    """CREATE TABLE AS SELECT with these properties; with a ``request``, the commit carries its progress."""
     writer = rows.writeTo(output.sql_identifier).using("delta")
-    for name, value in {**OUTPUT_PROPERTIES, OWNER_PROPERTY: request.owner}.items():
+    for name, value in properties.items():
         writer = writer.tableProperty(name, value)
+    settings = (
+        commit_settings(
+            output.spark, user_metadata=request.user_metadata, app_id=request.app_id, seq=request.seq
+        )
+        if request is not None
+        else contextlib.nullcontext()
+    )
     try:
-        with (
-            _conflicts_are_concurrent(output),
-            commit_settings(
-                output.spark, user_metadata=request.user_metadata, app_id=request.app_id, seq=request.seq
-            ),
-        ):
+        with _conflicts_are_concurrent(output), settings:
             writer.create()
     except AnalysisException as exc:
         text = str(exc)
         if "ALREADY_EXISTS" in text or "already exists" in text.lower():
             raise _concurrent(output, exc) from None
         raise
-    return _find_commit(output, request, "create")
+    return _find_commit(output, request, "create") if request is not None else None
+
+
+def require_writable_columns(columns: list[str]) -> None:
+    """Refuse an output column whose name Delta's own MERGE and UPDATE cannot resolve (a backtick), before
+    anything is written: the output could be created, but never maintained.
+
+    >>> require_writable_columns(["order id", "na`me"])
+    SpecError: output: column 'na`me' holds a backtick ...
+    """
+    for name in columns:
+        if "`" in name:
+            escaped = name.replace("`", "``")
+            plain = re.sub(r"\W+", "_", name).strip("_") or "column"
+            raise SpecError(
+                f"output: column {name!r} holds a backtick, which Delta's MERGE and UPDATE cannot name, so "
+                f"the output could not be refreshed; name the output columns with columns, e.g. "
+                f"columns: {{{plain}: <alias>.`{escaped}`}}"
+            )
+
+
+def _map_columns_if_needed(output: DeltaHandle, columns: list[str]) -> None:
+    """Turn column mapping on before an overwrite brings a column name that needs it (a metadata-only
+    commit: the rows are unchanged)."""
+    if (
+        needs_column_mapping(columns)
+        and output.state().properties.get("delta.columnMapping.mode", "none") == "none"
+    ):
+        settings = ", ".join(f"'{k}' = '{v}'" for k, v in COLUMN_MAPPING.items())
+        output.spark.sql(f"ALTER TABLE {output.sql_identifier} SET TBLPROPERTIES ({settings})")
 
 
 def _claim_owner(output: DeltaHandle, request: CommitRequest) -> None:
@@ -405,6 +477,7 @@ def merge_output(
     rebuild) every output key missing from ``source`` is deleted as well.
     """
     all_columns = key + value_columns
+    require_writable_columns(all_columns)
     _require_same_columns(output, source, all_columns)
     on = " AND ".join(f"t.{quote(c)} = s.{quote(c)}" for c in key)
     if not delete_unmatched:
