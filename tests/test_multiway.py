@@ -366,6 +366,61 @@ def test_joinery_format(spark: SparkSession, tmp_path: Path) -> None:
     assert list(result["inputs"]) == ["business", "review"]
 
 
+#: Joinery's configuration as Yelp published it (the business/review example), key for key and spelling for
+#: spelling (``Doc`` with a capital D), followed by what a user adds here: the ``schemas:`` map that resolves
+#: each schema id (Joinery asks Yelp's schema registry) and the output's location.
+JOINERY_PUBLISHED = """\
+join:
+  - schema_id: 56789
+    join_keys:
+      - business_id
+    aliases:
+      - from: business_id
+        to: biz_id
+  - schema_id: 12345
+    join_keys:
+      - biz_id
+    exclude_fields:
+      - text
+output:
+  namespace: 'joinery'
+  source: 'business_reviews'
+  Doc: 'Joined stream of businesses and their reviews'
+  pkey: 'business_id'
+"""
+
+
+def test_joinery_published_example_runs_verbatim(spark: SparkSession, tmp_path: Path) -> None:
+    world = yelp_world(spark, tmp_path)
+    config = JOINERY_PUBLISHED.replace(
+        "  pkey: 'business_id'\n", f"  pkey: 'business_id'\n  path: '{tmp_path / 'out'}'\n"
+    ) + (
+        "schemas:\n"
+        f"  56789: {{name: business, path: '{world.path('business')}', key: [business_id]}}\n"
+        f"  12345: {{name: review, path: '{world.path('review')}', key: [review_id]}}\n"
+    )
+    spec_file = tmp_path / "business_reviews.yaml"
+    spec_file.write_text(config)
+    result = run_spec(str(spec_file), spark=spark)
+    assert result["mode"] == "full" and list(result["inputs"]) == ["business", "review"]
+    got = sorted(
+        tuple(r[c] for c in ("biz_id", "name", "review_id", "stars"))
+        for r in read_rows(spark, str(tmp_path / "out"))
+    )
+    assert got == [(1, "Cafe", 10, 5), (1, "Cafe", 11, 3), (2, "Deli", 12, 4)]
+    assert "text" not in read_rows(spark, str(tmp_path / "out"))[0]
+    assert result["rows"]["pkey_duplicates"] == 1  # business_id (biz_id) repeats across a business's reviews
+
+    unknown = config.replace("  Doc:", "  Docs:")
+    spec_file.write_text(unknown)
+    with pytest.raises(SpecError, match=r"output: \['Docs'\] not known in a Joinery config"):
+        run_spec(str(spec_file), spark=spark)
+    twice = config.replace("  Doc:", "  doc: 'x'\n  Doc:")
+    spec_file.write_text(twice)
+    with pytest.raises(SpecError, match=r"output: 'doc' and 'Doc' are the same field"):
+        run_spec(str(spec_file), spark=spark)
+
+
 def test_spec_errors_name_the_input(spark: SparkSession, tmp_path: Path) -> None:
     world = yelp_world(spark, tmp_path)
     renamed = {**world.spec["inputs"][2], "aliases": [{"from": "owner_name", "to": "name"}]}

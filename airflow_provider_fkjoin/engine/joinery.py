@@ -3,7 +3,8 @@
 Joinery names each input by a ``schema_id`` of Yelp's schema registry. Here a ``schemas:`` map resolves
 those ids to Delta tables (``path`` or catalog ``table``, primary ``key``, optional ``changelog`` and
 ``name``); the ``join:`` list and ``output`` are read as Joinery writes them. Two of Joinery's quirks are
-kept visible rather than fatal, as the reference asks:
+kept visible rather than fatal, as the reference asks (and its spellings are taken as it writes them:
+keys match whatever their case, so the published example's ``Doc`` is ``doc``):
 
 * its published example declares ``pkey: business_id`` although an alias renames that field to
   ``biz_id``: a ``pkey`` field renamed by an alias is resolved to its new name, with a note;
@@ -59,13 +60,35 @@ def _require_mapping(value: Any, where: str) -> dict[str, Any]:
     return value
 
 
-def _unknown(data: dict[str, Any], allowed: set[str], where: str) -> None:
-    extra = sorted(str(k) for k in data if k not in allowed)
+def _canonical(data: dict[str, Any], allowed: set[str], where: str) -> dict[str, Any]:
+    """``data`` with its keys spelled as ``allowed`` spells them; unknown keys are refused.
+
+    Joinery's own configs do not agree on case (its published example writes ``Doc``), so a key matches a
+    known field whatever its case; one field given twice under two spellings is refused.
+
+    >>> _canonical({"Doc": "...", "pkey": "id"}, {"doc", "pkey"}, "output")
+    {'doc': '...', 'pkey': 'id'}
+    """
+    by_folded = {name.casefold(): name for name in allowed}
+    found: dict[str, Any] = {}
+    spelled: dict[str, str] = {}
+    extra = []
+    for key, value in data.items():
+        name = by_folded.get(str(key).casefold())
+        if name is None:
+            extra.append(str(key))
+            continue
+        if name in found:
+            raise SpecError(
+                f"invalid spec: {where}: {spelled[name]!r} and {key!r} are the same field; give it once"
+            )
+        found[name], spelled[name] = value, str(key)
     if extra:
         raise SpecError(
-            f"invalid spec: {where}: {extra} not known in a Joinery config "
+            f"invalid spec: {where}: {sorted(extra)} not known in a Joinery config "
             f"(known: {', '.join(sorted(allowed))})"
         )
+    return found
 
 
 def _input_name(entry: dict[str, Any], schema_id: Any, taken: set[str]) -> str:
@@ -87,7 +110,7 @@ def _input_name(entry: dict[str, Any], schema_id: Any, taken: set[str]) -> str:
 
 def from_joinery(data: dict[str, Any]) -> dict[str, Any]:
     """A Joinery config (with its ``schemas:`` map) as a native ``multiway_join`` spec dict."""
-    _unknown(data, _TOP_FIELDS, "spec")
+    data = _canonical(data, _TOP_FIELDS, "spec")
     if data.get("kind", "multiway_join") != "multiway_join":
         raise SpecError(f"invalid spec: kind: a Joinery config is a multiway_join, not {data['kind']!r}")
     join = data.get("join")
@@ -98,8 +121,7 @@ def from_joinery(data: dict[str, Any]) -> dict[str, Any]:
     inputs: list[dict[str, Any]] = []
     taken: set[str] = set()
     for index, raw in enumerate(join):
-        item = _require_mapping(raw, f"join[{index}]")
-        _unknown(item, _JOIN_FIELDS, f"join[{index}]")
+        item = _canonical(_require_mapping(raw, f"join[{index}]"), _JOIN_FIELDS, f"join[{index}]")
         if "schema_id" not in item:
             raise SpecError(f"invalid spec: join[{index}].schema_id: is required")
         schema_id = item["schema_id"]
@@ -108,13 +130,15 @@ def from_joinery(data: dict[str, Any]) -> dict[str, Any]:
                 f"invalid spec: join[{index}].schema_id: {schema_id!r} is not in schemas; add "
                 f"schemas: {{{schema_id}: {{path: ..., key: [...]}}}}"
             )
-        entry = _require_mapping(by_id[str(schema_id)], f"schemas.{schema_id}")
-        _unknown(entry, _SCHEMA_FIELDS, f"schemas.{schema_id}")
+        entry = _canonical(
+            _require_mapping(by_id[str(schema_id)], f"schemas.{schema_id}"),
+            _SCHEMA_FIELDS,
+            f"schemas.{schema_id}",
+        )
         fields = {k: v for k, v in entry.items() if k != "name"}
         fields.update({k: v for k, v in item.items() if k != "schema_id"})
         inputs.append({"name": _input_name(entry, schema_id, taken), **fields})
-    output = _require_mapping(data.get("output"), "output")
-    _unknown(output, _OUTPUT_FIELDS, "output")
+    output = _canonical(_require_mapping(data.get("output"), "output"), _OUTPUT_FIELDS, "output")
     location: dict[str, Any] = {k: output[k] for k in ("path", "name") if k in output}
     if not location:
         namespace, source = output.get("namespace"), output.get("source")
