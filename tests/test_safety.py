@@ -15,12 +15,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import test_column_names
 from helpers import CUSTOMERS, ORDERS, oracle, output_state, rows_at, write
 
 from airflow_provider_fkjoin.engine import (
     FkJoinError,
     InputDataError,
     SpecError,
+    noop_result,
     run_spec,
 )
 from airflow_provider_fkjoin.engine import commit_log as commit_log_module
@@ -149,7 +151,82 @@ def test_another_specs_output_is_refused(spark, tables) -> None:
     other = tables["w"] / "customers2"
     write(spark, CUSTOMER_ROWS, CUSTOMERS, other)
     spec = fk_spec(tables, right={"path": str(other), "key": ["customer_id"]})
-    refused(spark, spec, SpecError, "belongs to another spec", "adopt_existing_output", watch=[tables["out"]])
+    refused(
+        spark,
+        spec,
+        SpecError,
+        "belongs to an unnamed foreign_key_join",
+        "adopt_existing_output",
+        watch=[tables["out"]],
+    )
+
+
+def test_another_owners_output_is_refused_before_anything_is_read(spark, tables) -> None:
+    """Two DAGs, same kind and inputs, different how and columns: the second is refused (it would rebuild
+    the first's output on every run, each erasing the other's rows), by the Spark refresh and by the no-JVM
+    noop check alike, until it says adopt_existing_output: true."""
+    first = fk_spec(tables, output={"path": str(tables["out"]), "owner": "sales.orders_enriched"})
+    run_spec(first, spark=spark)
+    columns = {"amount": "l.amount", "customer": "r.name"}
+    second = fk_spec(
+        tables, how="left", columns=columns, output={"path": str(tables["out"]), "owner": "ops.orders_report"}
+    )
+    watch = [tables["out"], tables["orders"], tables["customers"]]
+    refused(
+        spark,
+        second,
+        SpecError,
+        "owner 'sales.orders_enriched'",
+        "owner 'ops.orders_report'",
+        "adopt_existing_output: true",
+        watch=watch,
+    )
+    unnamed = fk_spec(tables, how="left", columns=columns)
+    refused(
+        spark, unnamed, SpecError, "owner 'sales.orders_enriched'", "an unnamed foreign_key_join", watch=watch
+    )
+    assert noop_result(second) is None and noop_result(first)["mode"] == "noop"
+
+    second["output"]["adopt_existing_output"] = True
+    taken = run_spec(second, spark=spark)
+    expected = {key: (amount, name) for key, (_, amount, name) in oracle(spark, taken, how="left").items()}
+    assert taken["mode"] == "full"
+    assert {r["order_id"]: (r["amount"], r["customer"]) for r in rows_at(spark, tables["out"])} == expected
+    owner = json.loads(
+        DeltaHandle(spark, TableRef(path=str(tables["out"])), "output").state().properties["fkjoin.owner"]
+    )
+    assert owner["owner"] == "ops.orders_report"
+    refused(spark, first, SpecError, "owner 'ops.orders_report'", watch=watch)
+
+
+def test_the_same_owner_editing_its_spec_rebuilds_naming_what_changed(spark, tables) -> None:
+    output = {"path": str(tables["out"]), "owner": "sales.orders_enriched"}
+    run_spec(fk_spec(tables, output=output), spark=spark)
+    edited = fk_spec(tables, how="left", output=output)
+    result = run_spec(edited, spark=spark)
+    assert (result["mode"], result["reason"]) == ("full", "spec changed since the last refresh: how")
+    assert output_state(spark, tables["out"]) == oracle(spark, result, how="left")
+    renamed = fk_spec(tables, how="left", columns={"amount": "l.amount * 2", "name": "r.name"}, output=output)
+    assert run_spec(renamed, spark=spark)["reason"] == "spec changed since the last refresh: columns"
+    doubled = fk_spec(tables, how="left", columns={"amount": "l.amount * 3", "name": "r.name"}, output=output)
+    assert run_spec(doubled, spark=spark)["reason"] == "spec changed since the last refresh: columns.amount"
+    other = tables["w"] / "customers2"
+    write(spark, CUSTOMER_ROWS, CUSTOMERS, other)
+    moved = fk_spec(tables, right={"path": str(other), "key": ["customer_id"]}, output=output)
+    assert run_spec(moved, spark=spark)["mode"] == "full"  # even its inputs: the owner's to change
+
+
+def test_an_unnamed_output_is_claimed_by_the_same_spec_naming_its_owner(spark, tables) -> None:
+    run_spec(fk_spec(tables), spark=spark)
+    named = fk_spec(tables, output={"path": str(tables["out"]), "owner": "sales.orders_enriched"})
+    assert noop_result(named)["mode"] == "noop" and run_spec(named, spark=spark)["mode"] == "noop"
+    write(spark, [(5, 30, 1.0)], ORDERS, tables["orders"], mode="append")
+    assert run_spec(named, spark=spark)["mode"] == "incremental"
+    owner = json.loads(
+        DeltaHandle(spark, TableRef(path=str(tables["out"])), "output").state().properties["fkjoin.owner"]
+    )
+    assert owner["owner"] == "sales.orders_enriched"
+    refused(spark, fk_spec(tables), SpecError, "owner 'sales.orders_enriched'", watch=[tables["out"]])
 
 
 def test_non_delta_files_at_output_are_refused(spark, tables) -> None:
@@ -526,10 +603,13 @@ def test_commit_history_holds_no_key_values(spark, warehouse) -> None:
 
 
 def test_safety_doc_is_true() -> None:
-    """Every row of docs/safety.md names a test in this module, and every test here has a row."""
+    """Every row of docs/safety.md names a test in this module or test_column_names, and every test in them
+    has a row."""
     doc = (Path(__file__).resolve().parents[1] / "docs" / "safety.md").read_text()
     named = set(re.findall(r"`(test_[a-z0-9_]+)`", doc)) - {"test_safety_doc_is_true"}
-    here = {name for name in globals() if name.startswith("test_") and name != "test_safety_doc_is_true"}
+    tests = {**globals(), **vars(test_column_names)}
+    here = {name for name, test in tests.items() if name.startswith("test_") and callable(test)}
+    here.discard("test_safety_doc_is_true")
     assert named - here == set(), f"docs/safety.md names tests that do not exist: {sorted(named - here)}"
     assert here - named == set(), f"tests missing from docs/safety.md: {sorted(here - named)}"
 

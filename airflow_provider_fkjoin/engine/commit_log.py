@@ -81,6 +81,9 @@ class Progress:
     extra: dict[str, Any] = field(default_factory=dict)
     #: Who ran the refresh, as its caller said (an Airflow task instance: dag, run, task, map index, try).
     origin: dict[str, Any] = field(default_factory=dict)
+    #: A short hash of each fingerprinted spec field by path (:func:`.spec.spec_field_hashes`); empty in
+    #: commits written before they were recorded.
+    spec_fields: dict[str, str] = field(default_factory=dict)
 
 
 def parse_progress(
@@ -102,6 +105,7 @@ def parse_progress(
             token=str(payload.get("token", "")),
             extra=dict(payload.get("extra", {})),
             origin=dict(payload.get("origin") or {}),
+            spec_fields={str(k): str(v) for k, v in (payload.get("spec_fields") or {}).items()},
         )
     except (ValueError, KeyError, TypeError):
         return None
@@ -189,6 +193,7 @@ def new_progress_metadata(
     reason: str = "",
     extra: dict[str, Any] | None = None,
     origin: dict[str, Any] | None = None,
+    spec_fields: dict[str, str] | None = None,
 ) -> tuple[str, str]:
     """The userMetadata JSON for a commit and the token that identifies this refresh's commit.
 
@@ -206,6 +211,7 @@ def new_progress_metadata(
         "token": token,
         "extra": extra or {},
         **({"origin": origin} if origin else {}),
+        **({"spec_fields": spec_fields} if spec_fields else {}),
     }
     return json.dumps({METADATA_KEY: payload}, sort_keys=True), token
 

@@ -36,7 +36,7 @@ from .errors import SpecError
 
 _JOIN_FIELDS = {"schema_id", "join_keys", "exclude_fields", "aliases"}
 _SCHEMA_FIELDS = {"path", "table", "key", "changelog", "name"}
-_OUTPUT_FIELDS = {"namespace", "source", "doc", "pkey", "path", "name", "adopt_existing_output"}
+_OUTPUT_FIELDS = {"namespace", "source", "doc", "pkey", "path", "name", "adopt_existing_output", "owner"}
 _TOP_FIELDS = {
     "format",
     "kind",
@@ -154,8 +154,9 @@ def from_joinery(data: dict[str, Any]) -> dict[str, Any]:
         pkey = [pkey] if isinstance(pkey, str) else list(pkey)
         pkey = [_resolve_pkey(column, inputs, notes) for column in pkey]
         location["pkey"] = pkey
-    if "adopt_existing_output" in output:
-        location["adopt_existing_output"] = output["adopt_existing_output"]
+    for field in ("adopt_existing_output", "owner"):
+        if field in output:
+            location[field] = output[field]
     spec: dict[str, Any] = {
         "kind": "multiway_join",
         "format": "joinery",

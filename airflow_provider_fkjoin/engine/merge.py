@@ -38,7 +38,7 @@ from .errors import ConcurrentRefreshError, SpecError
 from .internals import is_concurrent_modification
 from .ownership import OWNER_PROPERTY, Ownership
 from .planning import InputState, RebuildRequired, RefreshPlan, plan_refresh, refresh_result
-from .spec import quote, spec_fingerprint
+from .spec import quote, spec_field_hashes, spec_fingerprint
 from .tables import DeltaHandle, values_equal
 from .trace import phase
 
@@ -128,6 +128,7 @@ class RefreshContext:
     ownership: Ownership
     write_path: str = "auto"
     origin: dict[str, Any] | None = None
+    spec_fields: dict[str, str] | None = None
 
     @property
     def previous(self) -> Progress | None:
@@ -147,6 +148,7 @@ class RefreshContext:
             reason=reason,
             extra=extra,
             origin=self.origin,
+            spec_fields=self.spec_fields,
         )
         return CommitRequest(
             metadata, token, self.log.app_id, seq, self.ownership.owner, self.ownership.claim
@@ -257,6 +259,7 @@ def begin_refresh(
     'incremental'
     """
     fingerprint = spec_fingerprint(spec)
+    spec_fields = spec_field_hashes(spec)
     log = read_output_log(output)
     changed_by_others = log.changed_by_others
     if append_only and changed_by_others:
@@ -267,6 +270,7 @@ def begin_refresh(
         fingerprint=fingerprint,
         kind=spec.kind,
         current=current,
+        spec_fields=spec_fields,
         full_refresh=options.full_refresh,
         output_exists=log.table_id is not None,
         changed_by_others=changed_by_others,
@@ -282,6 +286,7 @@ def begin_refresh(
         options.ownership,
         options.write_path,
         options.origin,
+        spec_fields,
     )
     return refresh, plan
 

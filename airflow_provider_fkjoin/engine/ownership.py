@@ -10,9 +10,10 @@ Checked once per refresh, before any data is read or written, for every kind (``
   spec says ``adopt_existing_output: true``;
 * a location that holds files but no Delta table is always refused.
 
-The spec identity is the kind and the identities of its inputs: editing ``columns`` or ``how`` keeps the
-owner (the next refresh rebuilds because the spec changed), while pointing a join with other inputs at
-the table is refused.
+The owner is the spec's ``output.owner`` when it names one (the Airflow operators name the task), else
+the kind and the identities of its inputs (:mod:`.owners` has the rule): the same owner editing its
+spec (``columns``, ``how``, even its inputs) keeps the table and the next refresh rebuilds it, while
+another owner pointed at the table is refused.
 
     >>> check_ownership(spark, load_spec({... "output": {"path": "/w/orders"}}))
     SpecError: output.path: /w/orders is a Delta table this engine did not create ...
@@ -20,8 +21,6 @@ the table is refused.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +29,7 @@ from pyspark.sql import SparkSession
 from .commit_log import read_progress
 from .errors import SpecError
 from .locations import is_within
+from .owners import describe_owner, owner_verdict, spec_owner
 from .tables import OWNER_PROPERTY, DeltaHandle
 
 
@@ -39,17 +39,6 @@ class Ownership:
 
     owner: str
     claim: bool
-
-
-def spec_owner(spec: Any) -> str:
-    """The ``fkjoin.owner`` value of a spec: its kind and a hash of its inputs' identities.
-
-    >>> spec_owner(fk_spec)
-    '{"kind": "foreign_key_join", "spec": "3f1c0a9e2b7d4c11"}'
-    """
-    inputs = sorted((side, ref.identity) for side, ref in spec.inputs().items())
-    digest = hashlib.sha256(json.dumps([spec.kind, inputs]).encode()).hexdigest()[:16]
-    return json.dumps({"kind": spec.kind, "spec": digest}, sort_keys=True)
 
 
 def check_ownership(spark: SparkSession, spec: Any) -> Ownership:
@@ -86,10 +75,14 @@ def check_ownership(spark: SparkSession, spec: Any) -> Ownership:
     if spec.adopts_existing_output:
         return Ownership(owner, claim=True)
     if recorded is not None:
+        verdict = owner_verdict(recorded, owner)
+        if verdict.allowed:
+            return Ownership(owner, claim=verdict.claim)
         raise SpecError(
-            f"output.path: {output.location} belongs to another spec ({_describe(recorded)}); two specs "
-            "writing one table would replace each other's rows. Give this spec its own output, or set "
-            "adopt_existing_output: true to take the table over (its first refresh rebuilds it)"
+            f"output.path: {output.location} belongs to {describe_owner(recorded)}, and this refresh is "
+            f"by {describe_owner(owner)}; two specs writing one table would replace each other's rows. "
+            "Give this spec its own output, or set adopt_existing_output: true to take the table over "
+            "(its first refresh rebuilds it)"
         )
     if read_progress(output) is not None:
         # Created by this engine before outputs recorded their owner: claim it on the next commit.
@@ -99,11 +92,3 @@ def check_ownership(spark: SparkSession, spec: Any) -> Ownership:
         "replace its rows. Choose a new location, or set adopt_existing_output: true to take it over "
         "(its first refresh rebuilds it from the inputs)"
     )
-
-
-def _describe(recorded: str) -> str:
-    try:
-        payload = json.loads(recorded)
-        return f"kind {payload.get('kind')}, spec id {payload.get('spec')}"
-    except (ValueError, AttributeError):
-        return f"owner {recorded[:80]!r}"

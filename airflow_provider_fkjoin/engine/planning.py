@@ -61,6 +61,22 @@ def schema_change(before: dict[str, str], after: dict[str, str]) -> str | None:
     return "; ".join(parts) or None
 
 
+def spec_change_reason(previous: Progress, fingerprint: str, spec_fields: dict[str, str] | None) -> str:
+    """Why a changed spec rebuilds, naming the fields that changed (their paths, never their values).
+
+    >>> spec_change_reason(previous, "ab12", {"how": "5e4f", "columns.name": "77aa"})
+    'spec changed since the last refresh: how, columns.name'
+    """
+    if previous.spec_fields and spec_fields:
+        paths = set(previous.spec_fields) | set(spec_fields)
+        differ = {p for p in paths if previous.spec_fields.get(p) != spec_fields.get(p)}
+        # a field that became or stopped being a mapping (columns: default -> listed) is named once
+        changed = sorted(p for p in differ if not any(p.startswith(q + ".") for q in differ))
+        if changed:
+            return "spec changed since the last refresh: " + ", ".join(changed)
+    return f"spec changed since the last refresh (fingerprint {previous.fingerprint} -> {fingerprint})"
+
+
 @dataclass(frozen=True)
 class RefreshPlan:
     """How a refresh runs, why, and from which versions (``from_versions`` is empty for a full run)."""
@@ -79,6 +95,7 @@ def plan_refresh(
     full_refresh: bool = False,
     output_exists: bool = False,
     changed_by_others: str | None = None,
+    spec_fields: dict[str, str] | None = None,
 ) -> RefreshPlan:
     """Choose full, incremental or noop from the last progress and the inputs' current state.
 
@@ -100,12 +117,12 @@ def plan_refresh(
         return RefreshPlan("full", "first run: the output has no refresh yet", no_from)
     if changed_by_others:
         return RefreshPlan("full", f"{changed_by_others}: rebuilding in full", no_from)
-    if previous.kind != kind or previous.fingerprint != fingerprint:
+    if previous.kind != kind:
         return RefreshPlan(
-            "full",
-            f"spec changed since the last refresh (fingerprint {previous.fingerprint} -> {fingerprint})",
-            no_from,
+            "full", f"spec changed since the last refresh: kind {previous.kind} -> {kind}", no_from
         )
+    if previous.fingerprint != fingerprint:
+        return RefreshPlan("full", spec_change_reason(previous, fingerprint, spec_fields), no_from)
     for side, state in current.items():
         consumed = previous.inputs.get(side)
         if consumed is None or consumed.location != state.location:

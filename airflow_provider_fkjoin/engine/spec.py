@@ -156,6 +156,19 @@ class OutputRef(TableRef):
     """
 
     adopt_existing_output: bool = False
+    #: Who owns the output (free text, e.g. ``dag_id.task_id``; the operators fill it from the task). A
+    #: refresh by another owner is refused; the same owner editing its spec rebuilds. Not part of the
+    #: spec's fingerprint: naming the owner changes no row.
+    owner: str | None = Field(default=None, min_length=1, max_length=250)
+
+    @field_validator("owner")
+    @classmethod
+    def _owner_ok(cls, value: str | None) -> str | None:
+        if value is not None and (value != value.strip() or _FORBIDDEN_IN_NAMES.search(value)):
+            raise ValueError(
+                f"{value!r} is not a usable owner: no control characters, backticks or surrounding spaces"
+            )
+        return value
 
 
 def check_distinct_locations(output: TableRef, inputs: dict[str, TableRef]) -> None:
@@ -1153,19 +1166,45 @@ def spec_expressions(spec: BaseModel) -> dict[str, str]:
     return found
 
 
-def spec_fingerprint(spec: BaseModel) -> str:
-    """A short stable hash of everything in a spec that changes the output's content.
-
-    Stored in each output commit: a different fingerprint on the next run means a full rebuild.
-    Tuning fields a spec lists in ``tuning_fields()`` (a size limit, say) are left out, so changing
-    them does not rebuild the output.
-    """
+def _fingerprinted(spec: BaseModel) -> dict[str, Any]:
+    """The part of a spec that decides the output's content (see :func:`spec_fingerprint`)."""
     excluded: dict[str, Any] = dict.fromkeys(
         spec.tuning_fields() if hasattr(spec, "tuning_fields") else set(), True
     )
     excluded["adopt_existing_output"] = True
     if hasattr(spec, "output"):
-        excluded["output"] = {"adopt_existing_output"}
-    dumped = spec.model_dump(mode="json", exclude=excluded)
-    canonical = json.dumps(dumped, sort_keys=True, separators=(",", ":"))
+        excluded["output"] = {"adopt_existing_output", "owner"}
+    return spec.model_dump(mode="json", exclude=excluded)
+
+
+def spec_fingerprint(spec: BaseModel) -> str:
+    """A short stable hash of everything in a spec that changes the output's content.
+
+    Stored in each output commit: a different fingerprint on the next run means a full rebuild.
+    Tuning fields a spec lists in ``tuning_fields()`` (a size limit, say) are left out, so changing
+    them does not rebuild the output; so are ``adopt_existing_output`` and the output's ``owner``.
+    """
+    canonical = json.dumps(_fingerprinted(spec), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+def spec_field_hashes(spec: BaseModel) -> dict[str, str]:
+    """A short hash of each fingerprinted field, by its path (``how``, ``columns.product_name``): stored
+    beside the fingerprint, so a rebuild's reason names what changed without the commit holding any
+    expression or value.
+
+    >>> spec_field_hashes(fk_spec)
+    {'columns.product_name': '1f2e3d4c', 'foreign_key': '9a8b7c6d', 'how': '5e4f3a2b', ...}
+    """
+    flat: dict[str, str] = {}
+
+    def walk(value: Any, path: str) -> None:
+        if isinstance(value, dict) and value:
+            for key, item in value.items():
+                walk(item, f"{path}.{key}" if path else str(key))
+            return
+        text = json.dumps(value, sort_keys=True, separators=(",", ":"))
+        flat[path] = hashlib.sha256(text.encode()).hexdigest()[:8]
+
+    walk(_fingerprinted(spec), "")
+    return flat

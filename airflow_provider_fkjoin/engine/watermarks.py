@@ -113,8 +113,9 @@ def noop_result(spec: Any, storage_options: dict[str, str] | None = None) -> dic
     >>> noop_result({"kind": "foreign_key_join", ...})["mode"]
     'noop'
     """
+    from .owners import owner_verdict, spec_owner
     from .planning import InputState, plan_refresh, refresh_result
-    from .spec import load_spec, spec_fingerprint
+    from .spec import load_spec, spec_field_hashes, spec_fingerprint
 
     started = time.monotonic()
     loaded = load_spec(spec)
@@ -122,9 +123,13 @@ def noop_result(spec: Any, storage_options: dict[str, str] | None = None) -> dic
     if loaded.output.path is None:
         return None
     try:
-        scan = scan_output_log(_open(loaded.output.path, storage_options), location)
+        output = _open(loaded.output.path, storage_options)
     except TableMissingError:
         return None
+    recorded = output.metadata().configuration.get("fkjoin.owner")
+    if recorded is not None and not owner_verdict(recorded, spec_owner(loaded)).allowed:
+        return None  # another owner's output: the engine refuses it, with the reason
+    scan = scan_output_log(output, location)
     if scan.progress is None or scan.changed_by_others is not None:
         return None
     current: dict[str, InputState] = {}
@@ -142,6 +147,7 @@ def noop_result(spec: Any, storage_options: dict[str, str] | None = None) -> dic
         kind=loaded.kind,
         current=current,
         output_exists=True,
+        spec_fields=spec_field_hashes(loaded),
     )
     if plan.mode != "noop":
         return None
