@@ -1,4 +1,4 @@
-"""Wall time of a small refresh and of a noop through each execution mode, side by side in one run.
+r"""Wall time of a small refresh and of a noop through each execution mode, side by side in one run.
 
 The issue: a DAG author refreshing a 12-row join every few minutes waited about a minute per task, most
 of it a JVM starting for spark-submit, even when nothing changed. This measures one foreign-key join
@@ -16,18 +16,31 @@ DAG parsing, an in-process API server) and the task's run (from Airflow's "Task 
 what a worker spends). Cases run round-robin so drift hits them alike.
 
     .venv/bin/python bench/bench_airflow_modes.py --repeat 5 --json-out bench/results_airflow_modes.json
+
+``--noop-dags-test`` measures only the noop through the no-JVM check, as ``airflow dags test`` runs it:
+the task's time is Airflow's own, the task instance's ``start_date`` to ``end_date`` read back from the
+metadata DB after each run (median of ``--repeat``). Each round runs ``airflow dags test`` twice: as it
+is (the figure), and with timestamps around the phases of the task (``--trace-airflow``: the operator
+module's import, the DAG parse, the ``start`` call to the Execution API and its first-request set-up,
+template rendering, the operator's spec, hook, noop check, XCom pushes and asset event, the return
+value's XCom, and what Airflow does after ``end_date``: the success call, extra links, listeners).
+
+    .venv/bin/python bench/bench_airflow_modes.py --noop-dags-test --repeat 3 \
+        --json-out bench/results_noop_dags_test.json
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
+import functools
 import itertools
 import json
 import os
 import re
 import shutil
 import socket
+import sqlite3
 import statistics
 import subprocess
 import sys
@@ -140,6 +153,162 @@ def time_task(env: dict[str, str], conn_id: str, noop_check: bool) -> dict[str, 
     return {"wall_s": round(wall, 3), **task, "mode": modes[-1]}
 
 
+_RUNNER, _OPERATOR = "airflow.sdk.execution_time.task_runner", "airflow_provider_fkjoin.operators.joins"
+#: Phases ``--trace-airflow`` times, as (name, owner module, attribute path), in the order a task meets them.
+TRACED = [
+    ("dag_parse", "airflow.dag_processing.dagbag", "DagBag.process_file"),
+    ("api_start_call", "airflow.sdk.api.client", "TaskInstanceOperations.start"),
+    ("api_first_request_setup", "cadwyn.applications", "Cadwyn._cadwyn_initialize"),
+    ("prepare_render_templates_rtif_listeners", _RUNNER, "_prepare"),
+    ("execute", _RUNNER, "_run_execute_callable"),
+    ("op_build_and_validate_spec", _OPERATOR, "_FkJoinOperator.build_spec"),
+    ("op_build_and_validate_spec", _OPERATOR, "_FkJoinOperator.validate_spec"),
+    ("op_make_hook", _OPERATOR, "_FkJoinOperator.make_hook"),
+    ("hook_run", "airflow_provider_fkjoin.hooks.fkjoin", "FkJoinHook.run"),
+    ("noop_check", "airflow_provider_fkjoin.engine", "noop_result"),
+    ("op_asset_event", _OPERATOR, "_FkJoinOperator._record_asset_event"),
+    ("xcom_push_by_operator", _RUNNER, "RuntimeTaskInstance.xcom_push"),
+    ("return_value_xcom_push", _RUNNER, "_push_xcom_if_needed"),
+    ("end_date", _RUNNER, "_handle_current_task_success"),
+    ("after_end_date_finalize", _RUNNER, "finalize"),
+]
+
+
+def trace_airflow(out: Path, airflow_args: list[str]) -> None:
+    """Run the ``airflow`` CLI in this process with a timestamp around each :data:`TRACED` phase; write the
+    phases' times (s) relative to the task's ``start_date`` (the ``start`` call) to ``out`` as JSON.
+
+    Every module patched here is one ``airflow dags test`` imports before the task instance starts, except
+    the operator module, whose import is timed on its own first (``import_operator_module``)."""
+    import importlib
+
+    import airflow.sdk  # noqa: F401  (what every DAG file imports first)
+
+    started = time.monotonic()
+    operators = importlib.import_module("airflow_provider_fkjoin.operators")
+    imported = time.monotonic() - started
+    package = str(Path(operators.__file__).parents[1])
+    spans: list[tuple[str, float, float]] = []
+
+    def timed(name: str, function: Any) -> Any:
+        @functools.wraps(function)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            begun = time.monotonic()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                spans.append((name, begun, time.monotonic()))
+
+        return wrapper
+
+    for name, module_name, path in TRACED:
+        owner: Any = importlib.import_module(module_name)
+        *parents, attr = path.split(".")
+        for parent in parents:
+            owner = getattr(owner, parent)
+        setattr(owner, attr, timed(name, getattr(owner, attr)))
+    from airflow.__main__ import main as airflow_main
+
+    sys.argv = ["airflow", *airflow_args]
+    try:
+        airflow_main()
+    finally:
+        out.write_text(json.dumps({**trace_phases(spans, imported), "provider_package": package}))
+
+
+def trace_phases(spans: list[tuple[str, float, float]], imported: float) -> dict[str, float]:
+    """Seconds per traced phase of the run's *last* task instance (the join), from the ``start`` call
+    (its ``start_date``) on; the DAG parse and the first-request set-up of the Execution API (in an
+    earlier task when the join is not the first) are reported whichever task met them."""
+    starts = [begun for name, begun, _ in spans if name == "api_start_call"]
+    window_start = starts[-1] if starts else 0.0
+    phases: dict[str, float] = {"import_operator_module_s": round(imported, 4)}
+    for name, begun, ended in spans:
+        if begun < window_start and name not in ("dag_parse", "api_first_request_setup"):
+            continue
+        key = f"{name}_s"
+        phases[key] = round(phases.get(key, 0.0) + ended - begun, 4)
+    ends = [begun for name, begun, _ in spans if name == "end_date" and begun >= window_start]
+    if starts and ends:
+        phases["traced_window_s"] = round(ends[0] - window_start, 4)
+    return phases
+
+
+def task_dates(home: Path, dag_id: str, run_id: str, task_id: str) -> dict[str, Any]:
+    """A task instance's own start_date and end_date, and the seconds between, from the metadata DB."""
+    with sqlite3.connect(home / "airflow.db") as db:
+        start, end = db.execute(
+            "SELECT start_date, end_date FROM task_instance WHERE dag_id = ? AND run_id = ? AND task_id = ?",
+            (dag_id, run_id, task_id),
+        ).fetchone()
+    span = dt.datetime.fromisoformat(end) - dt.datetime.fromisoformat(start)
+    return {"ti_start_date": start, "ti_end_date": end, "ti_duration_s": round(span.total_seconds(), 3)}
+
+
+#: The ``--noop-dags-test`` cases: (name, DAG, environment). The join as the run's only task; after a
+#: task that does nothing (which then pays the in-process Execution API's set-up); the same with
+#: ``[openlineage] spark_inject_parent_job_info`` on (the job's conf names the task as the Spark
+#: application's parent job, which a noop never submits).
+NOOP_CASES = [
+    ("join first", "fkjoin_bench_modes", {}),
+    ("join second", "fkjoin_bench_noop_second", {}),
+    (
+        "join second, OpenLineage parent job info on",
+        "fkjoin_bench_noop_second",
+        {"AIRFLOW__OPENLINEAGE__SPARK_INJECT_PARENT_JOB_INFO": "True"},
+    ),
+]
+
+
+def time_dags_test(env: dict[str, str], home: Path, dag_id: str, trace: Path | None) -> dict[str, Any]:
+    """One ``airflow dags test`` of ``dag_id`` (the DAG's defaults: ``spark_default``, noop check on): the
+    join task instance's start/end dates (and the first task's, if any), the process's wall time and, with
+    ``trace``, the join's phases."""
+    argv = [AIRFLOW, "dags", "test", dag_id]
+    if trace is not None:
+        argv = [sys.executable, __file__, "--trace-airflow", str(trace), *argv[1:]]
+    started = time.monotonic()
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600, check=False)
+    wall = time.monotonic() - started
+    output = done.stdout + done.stderr
+    run_id = re.search(r"DagRun Finished: .*?run_id=([^,\s]+),.*?state=success", output)
+    result = re.search(r"foreign_key_join: mode=(\w+)", output)
+    if done.returncode != 0 or run_id is None or result is None:
+        raise SystemExit(f"airflow dags test failed ({done.returncode}):\n{output[-3000:]}")
+    run = {"wall_s": round(wall, 3), **task_dates(home, dag_id, run_id.group(1), "join")}
+    if dag_id == "fkjoin_bench_noop_second":
+        first = task_dates(home, dag_id, run_id.group(1), "first_task")
+        run["first_task_ti_duration_s"] = first["ti_duration_s"]
+    run["mode"] = result.group(1)
+    run["precheck"] = "noop, Spark not started" in output
+    if trace is not None:
+        run.update(json.loads(trace.read_text()))
+    return run
+
+
+def noop_dags_test(args: argparse.Namespace, env: dict[str, str], warehouse: Path, home: Path) -> None:
+    """``--noop-dags-test``: after one real refresh (spark-submit), ``--repeat`` rounds of a noop join in
+    ``airflow dags test``, first and second in its DAG, as it is and traced, round-robin."""
+    the_spec = spec(warehouse)
+    first = time_hook("spark_default", False, the_spec)
+    print("first refresh", first, flush=True)
+    runs: dict[str, list[dict[str, Any]]] = {}
+    for _ in range(args.repeat):
+        for case, dag_id, extra_env in NOOP_CASES:
+            for trace in (None, args.workdir / "trace.json"):
+                name = f"{case}, traced" if trace else case
+                runs.setdefault(name, []).append(time_dags_test({**env, **extra_env}, home, dag_id, trace))
+                print(name, runs[name][-1], flush=True)
+    report = {
+        "repeat": args.repeat,
+        "commands": {case: f"airflow dags test {dag_id}" for case, dag_id, _ in NOOP_CASES},
+        "environments": {case: extra_env for case, _, extra_env in NOOP_CASES},
+        "load_average_after": os.getloadavg(),
+        "cases": {name: summary(case_runs) for name, case_runs in runs.items()},
+    }
+    write_report(report, args.json_out)
+
+
 def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
     keys = list(dict.fromkeys(k for r in runs for k in r if k.endswith("_s")))
     return {
@@ -159,6 +328,11 @@ def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--noop-dags-test",
+        action="store_true",
+        help="only the noop through the no-JVM check, in `airflow dags test` (task instance start/end dates)",
     )
     args = parse_with_common(parser, "airflow_modes", argv, repeat=5)
 
@@ -186,6 +360,9 @@ def main(argv: list[str] | None = None) -> None:
     os.environ.update({k: v for k, v in env.items() if k.startswith(("AIRFLOW", "FKJOIN"))})
     subprocess.run([AIRFLOW, "db", "migrate"], env=env,
                    capture_output=True, check=True, timeout=600)  # fmt: skip
+    if args.noop_dags_test:
+        noop_dags_test(args, env, warehouse, home)
+        return
     server = start_connect_server(args.workdir, port)
     the_spec = spec(warehouse)
     report: dict[str, Any] = {"repeat": args.repeat, "rows": {"orders": 12, "customers": 4}, "cases": {}}
@@ -217,4 +394,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["--trace-airflow"]:
+        trace_airflow(Path(sys.argv[2]), sys.argv[3:])
+    else:
+        main()

@@ -35,19 +35,17 @@ import shutil
 import subprocess
 import sys
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowNotFoundException
 from airflow.sdk.log import mask_secret
 
 from airflow_provider_fkjoin.credentials import CredentialsError, StorageCredentials, storage_credentials
 from airflow_provider_fkjoin.engine import WRITE_PATHS
-from airflow_provider_fkjoin.hooks.connect import SparkConnectRun, connect_url
 from airflow_provider_fkjoin.jobs import FKJOIN_JOB_FILE
 from airflow_provider_fkjoin.jobs.fkjoin_job import (
     APP_INFO_PREFIX,
@@ -56,6 +54,13 @@ from airflow_provider_fkjoin.jobs.fkjoin_job import (
     REDACTION_REGEX,
 )
 from airflow_provider_fkjoin.links import check_location, spark_ui_url
+
+if TYPE_CHECKING:
+    # Imported where used: the Spark provider (with requests) only for spark-submit, Spark Connect's
+    # runner only for Connect. A noop run (the no-JVM check) and a DAG parse load neither.
+    from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+
+    from airflow_provider_fkjoin.hooks.connect import SparkConnectRun
 
 DELTA_PACKAGE = "io.delta:delta-spark_4.2_2.13:4.4.0"
 #: The ``fkjoin`` CLI's exit code for a bad spec or bad input data (also Python's own for a file it
@@ -179,54 +184,6 @@ class FkJoinRetryableError(AirflowException):
 
 class FkJoinJobError(AirflowException):
     """The Spark job failed for another reason (exit 1, JVM crash, cluster error)."""
-
-
-class _CapturingSparkSubmitHook(SparkSubmitHook):
-    """SparkSubmitHook that hands every line of spark-submit's output to ``on_line`` and masks more.
-
-    The provider masks only keys containing ``secret`` or ``password``, so ``fs.s3a.session.token``,
-    ``fs.azure.account.key.*`` or ``fs.azure.sas.*`` would be logged in clear with the command. Here every
-    place the provider masks (the logged command, "Cannot execute" errors, the output tail) and every
-    output line it logs goes through :func:`mask_text` as well::
-
-        hook._mask_cmd(["--conf", "fs.azure.sas.c.a.blob.core.windows.net=sv=2024&sig=abc"])
-        # '--conf fs.azure.sas.c.a.blob.core.windows.net=******'
-    """
-
-    def __init__(self, *args: Any, on_line: Callable[[str], None], **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._on_line = on_line
-        self._known_secrets = secret_values(
-            [*(kwargs.get("conf") or {}).items(), *(kwargs.get("env_vars") or {}).items()]
-        )
-
-    def _mask_cmd(self, connection_cmd: str | list[str]) -> str:
-        parts = [connection_cmd] if isinstance(connection_cmd, str) else [str(p) for p in connection_cmd]
-        masked: list[str] = []
-        run: list[str] = []
-        for part in parts:
-            if part.startswith(REDACTION_CONF + "="):
-                # A pattern naming secrets, not one: shown as is (the provider's masker would take the
-                # word "secret" in it for a key and mask the next argument instead).
-                if run:
-                    masked.append(super()._mask_cmd(run))
-                    run = []
-                masked.append(part)
-            else:
-                # Element by element first: a value may hold spaces or newlines (a PEM private key).
-                run.append(mask_text(part, self._known_secrets))
-        if run:
-            masked.append(super()._mask_cmd(run))
-        return " ".join(masked)
-
-    def _process_spark_submit_log(self, itr: Iterator[Any]) -> None:
-        def tee() -> Iterator[Any]:
-            for line in itr:
-                text = str(line).strip()
-                self._on_line(text)  # unmasked: the result JSON must parse as the driver printed it
-                yield self._mask_cmd(text)
-
-        super()._process_spark_submit_log(tee())
 
 
 class DriverOutput:
@@ -357,6 +314,10 @@ class FkJoinHook(BaseHook):
     :param noop_check: before starting Spark, read the inputs' and the output's Delta logs (``deltalake``,
         no JVM) and return the ``noop`` result at once when no input moved since the last refresh
         (:func:`~airflow_provider_fkjoin.engine.noop_result`); default on.
+    :param finish_conf: applied to ``conf`` when the conf is first read, which is only once Spark is to run
+        (the noop check does not read it): for settings a noop does not need and that are costly to
+        compute, such as OpenLineage's parent job information (importing OpenLineage takes most of a
+        second). Reading ``hook.conf`` applies it.
     """
 
     conn_name_attr = "conn_id"
@@ -378,10 +339,12 @@ class FkJoinHook(BaseHook):
         spark_ui: bool = False,
         noop_check: bool = True,
         storage_conn_id: str | None = None,
+        finish_conf: Callable[[dict[str, Any]], Mapping[str, Any]] | None = None,
     ) -> None:
         super().__init__()
         self.conn_id = conn_id
-        self.conf = dict(conf or {})
+        self._conf: dict[str, Any] = dict(conf or {})
+        self._finish_conf = finish_conf
         self.env_vars = {str(k): str(v) for k, v in (env_vars or {}).items()}
         self.jars = jars
         self.packages = packages
@@ -399,6 +362,18 @@ class FkJoinHook(BaseHook):
         #: The Spark Connect operations ``on_kill`` interrupted (their ids).
         self.interrupted: list[str] = []
         self._killed = False
+
+    @property
+    def conf(self) -> dict[str, Any]:
+        """The extra Spark conf, with ``finish_conf`` applied (the first time it is read)."""
+        if self._finish_conf is not None:
+            finish, self._finish_conf = self._finish_conf, None
+            self._conf = dict(finish(self._conf))
+        return self._conf
+
+    @conf.setter
+    def conf(self, value: Mapping[str, Any]) -> None:
+        self._conf = dict(value)
 
     @cached_property
     def storage_credentials(self) -> StorageCredentials:
@@ -535,7 +510,9 @@ class FkJoinHook(BaseHook):
             "deploy_mode": self.deploy_mode,
         }
         kwargs.update(self.spark_submit_kwargs)
-        return _CapturingSparkSubmitHook(on_line=on_line or (lambda _line: None), **kwargs)
+        from airflow_provider_fkjoin.hooks.submit import CapturingSparkSubmitHook
+
+        return CapturingSparkSubmitHook(on_line=on_line or (lambda _line: None), **kwargs)
 
     def spark_submit_command(self, spec: Mapping[str, Any], **options: Any) -> list[str]:
         """The exact spark-submit argv ``run(spec, **options)`` runs (credentials included); ``options``
@@ -603,6 +580,8 @@ class FkJoinHook(BaseHook):
             if unchanged is not None:
                 return unchanged
         connection = self.get_conn()
+        from airflow_provider_fkjoin.hooks.connect import connect_url
+
         url = connect_url(connection, self.conn_id)
         if url is not None:
             write_path = parse_write_path(write_path)
@@ -706,6 +685,8 @@ class FkJoinHook(BaseHook):
 
     def run_connect(self, url: str, cli_args: list[str]) -> dict[str, Any]:
         """One refresh as a Spark Connect client (:class:`~.connect.SparkConnectRun`); its result."""
+        from airflow_provider_fkjoin.hooks.connect import SparkConnectRun
+
         run = SparkConnectRun(url, conf=self.connect_conf(), env_vars=self.env_vars)
         self._connect_run = run
         if self._killed:
@@ -784,3 +765,12 @@ def _master_of(connection: Any) -> str:
     else:
         master = f"{connection.conn_type}://{connection.host or ''}"
     return f"{master}:{connection.port}" if connection.port else master
+
+
+def __getattr__(name: str) -> Any:
+    """``_CapturingSparkSubmitHook``, loaded on first use (:mod:`.submit`: it imports the Spark provider)."""
+    if name == "_CapturingSparkSubmitHook":
+        from airflow_provider_fkjoin.hooks.submit import CapturingSparkSubmitHook
+
+        return CapturingSparkSubmitHook
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -31,6 +31,7 @@ A relative ``spec_file`` is fine: it is a file next to the DAG, not a table.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -161,6 +162,16 @@ def _normalised(ref: Any, field: str) -> Any:
         except ValueError as error:
             raise FkJoinBadInputError(f"{field}.path: {error}") from error
     return ref
+
+
+def _with_parent_job_info(conf: dict[str, Any], context: Context) -> dict[str, Any]:
+    """``conf`` naming the task of ``context`` as the parent job of the Spark application's OpenLineage
+    events (``spark.openlineage.parent*``). Imports OpenLineage: called only when Spark is to run."""
+    from airflow.providers.common.compat.openlineage.utils.spark import (
+        inject_parent_job_information_into_spark_properties,
+    )
+
+    return inject_parent_job_information_into_spark_properties(conf, context)
 
 
 class _FkJoinOperator(BaseOperator):
@@ -346,17 +357,15 @@ class _FkJoinOperator(BaseOperator):
         """The hook for this run (built in ``execute``, never at parse time). With
         ``openlineage_inject_parent_job_info``, the job's conf names this task as the parent job of the
         Spark application's own OpenLineage events (``spark.openlineage.parent*``), as the Spark
-        provider's SparkSubmitOperator does."""
-        conf = dict(self.conf)
+        provider's SparkSubmitOperator does: added when Spark is to run (the hook's ``finish_conf``), so a
+        noop does not import OpenLineage for a conf it never submits."""
+        finish_conf = None
         if self.openlineage_inject_parent_job_info and context is not None:
-            from airflow.providers.common.compat.openlineage.utils.spark import (
-                inject_parent_job_information_into_spark_properties,
-            )
-
-            conf = inject_parent_job_information_into_spark_properties(conf, context)
+            finish_conf = functools.partial(_with_parent_job_info, context=context)
         return FkJoinHook(
             self.conn_id,
-            conf=conf,
+            conf=dict(self.conf),
+            finish_conf=finish_conf,
             env_vars=self.env_vars,
             jars=self.jars,
             packages=self.packages,
