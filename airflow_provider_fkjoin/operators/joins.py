@@ -272,6 +272,9 @@ class _FkJoinOperator(BaseOperator):
         the engine would refuse fails here, naming the field::
 
             FkJoinBadInputError: output.path: table location 'out' is relative; give an absolute path ...
+
+        The output's ``owner`` is this task (``dag_id.task_id``) unless the spec names one: a second DAG
+        pointed at the same output by mistake is refused, while editing this task's spec rebuilds.
         """
         data: dict[str, Any] = {}
         path = self._spec_file_path()
@@ -291,6 +294,8 @@ class _FkJoinOperator(BaseOperator):
         for side in (*self.sides_of(data), "output"):
             if side in data:
                 data[side] = _normalised(data[side], side)
+        if isinstance(data.get("output"), dict) and self.has_dag():
+            data["output"] = {"owner": f"{self.dag_id}.{self.task_id}", **data["output"]}
         return data
 
     def sides_of(self, spec: Mapping[str, Any]) -> tuple[str, ...]:

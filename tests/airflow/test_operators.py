@@ -202,7 +202,20 @@ def test_relative_spec_file_is_found_next_to_the_dag_file(tmp_path: Path):
     with DAG("relative", schedule=None, start_date=START) as dag:
         op = GlobalTableBootstrapOperator(task_id="boot", spec_file="specs/g.yaml")
     dag.fileloc = str(tmp_path / "dag.py")
-    assert op.build_spec()["output"] == {"path": "/w/g"}
+    assert op.build_spec()["output"] == {"path": "/w/g", "owner": "relative.boot"}
+
+
+def test_the_task_owns_its_output_unless_the_spec_names_an_owner() -> None:
+    """The output's owner is the task (dag_id.task_id): a second DAG writing it is refused."""
+    with DAG("sales", schedule=None, start_date=START):
+        named = GlobalTableBootstrapOperator(
+            task_id="boot", source={"path": "/w/p", "key": ["id"]}, output={"path": "/w/g", "owner": "team.p"}
+        )
+        default = GlobalTableBootstrapOperator(
+            task_id="boot2", source={"path": "/w/p", "key": ["id"]}, output="/w/h"
+        )
+    assert named.build_spec()["output"] == {"path": "/w/g", "owner": "team.p"}
+    assert default.build_spec()["output"] == {"path": "/w/h", "owner": "sales.boot2"}
 
 
 def test_templated_arguments_are_rendered(submitted):
@@ -220,7 +233,7 @@ def test_templated_arguments_are_rendered(submitted):
     spec = op.build_spec(ctx)
     assert spec["stream"] == {"path": "/lake/orders_stream"}
     assert spec["table"] == {"path": "/lake/products_global", "key": ["product_id"]}
-    assert spec["output"] == {"path": "/lake/orders_enriched"}
+    assert spec["output"] == {"path": "/lake/orders_enriched", "owner": "templated.enrich"}
     assert spec["kind"] == "stream_table_join"
     op.execute(ctx)  # the rendered output gets its asset event through the alias
     assert [asset for asset, _ in events(ctx, op)] == [Asset(uri="file:///lake/orders_enriched")]
@@ -698,7 +711,10 @@ def test_multiway_join_templated_paths_are_rendered_and_normalised(submitted):
         {**REVIEW, "path": "/lake/review"},
         {**BUSINESS, "path": "/lake/business"},
     ]
-    assert submitted[0]["output"] == {"path": "/lake/business_reviews"}
+    assert submitted[0]["output"] == {
+        "path": "/lake/business_reviews",
+        "owner": "multiway_templated.business_reviews",
+    }
 
 
 def test_multiway_join_takes_joinery_arguments_and_submits_them_as_they_are(submitted):
