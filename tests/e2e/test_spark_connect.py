@@ -21,7 +21,6 @@ import json
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -323,12 +322,39 @@ def test_hook_refresh_noop_and_bad_input_through_spark_connect(
     assert not (tmp_path / "o2").exists() and not (tmp_path / "o3").exists()
 
 
+def _refresh_commits(spark: Any, path: Path) -> list[dict[str, Any]]:
+    """The output's refresh commits (their progress payload), oldest first; none when it has no table."""
+    if not (path / "_delta_log").exists():
+        return []
+    history = spark.sql(f"DESCRIBE HISTORY delta.`{path}`").orderBy("version").collect()
+    return [json.loads(r["userMetadata"])["fkjoin"] for r in history if r["userMetadata"]]
+
+
+def _assert_output_is_the_recompute(spark: Any, tmp_path: Path, progress: dict[str, Any]) -> None:
+    """The output equals the killed refresh's join recomputed from scratch at the versions it pinned."""
+    versions = {side: info["version"] for side, info in progress["inputs"].items()}
+    orders = spark.read.format("delta").option("versionAsOf", versions["left"]).load(str(tmp_path / "orders"))
+    customers = (
+        spark.read.format("delta").option("versionAsOf", versions["right"]).load(str(tmp_path / "customers"))
+    )
+    expected = (
+        orders.alias("l")
+        .join(customers.alias("r"), "customer_id", "left")
+        .selectExpr("l.order_id", "l.amount * 2 AS amount", "r.name")
+    )
+    output = spark.read.format("delta").load(str(tmp_path / "out")).select("order_id", "amount", "name")
+    assert output.count() == expected.count() == 3_000_000
+    assert output.exceptAll(expected).isEmpty() and expected.exceptAll(output).isEmpty()
+
+
 def test_on_kill_interrupts_the_refresh_and_releases_its_session(
     spark: Any, connect_conn: str, tmp_path: Path
 ) -> None:
     """A refresh over a few million rows is killed once its write has begun (``merge_started``: the
-    output's creation, seconds of work on the server): that operation is interrupted, the client ends,
-    the output gets no commit, and the session is gone on the server."""
+    output's creation, seconds of work on the server). The kill can land before the commit (the operation
+    is interrupted, the refresh fails, the output gets no commit) or, on a fast server, just after it (a
+    Delta commit is atomic: the output then holds exactly the refresh's result). Either way the client
+    ends, the session is gone on the server, and a rerun lands one clean refresh or finds nothing to do."""
     from pyspark.sql.connect.session import SparkSession as ConnectSession
 
     from airflow_provider_fkjoin.hooks.fkjoin import FkJoinHook
@@ -339,30 +365,53 @@ def test_on_kill_interrupts_the_refresh_and_releases_its_session(
         .write.format("delta").option("delta.enableChangeDataFeed", "true").save(str(tmp_path / "orders"))
     )  # fmt: skip
     write(spark, [(i, f"c{i}") for i in range(1000)], CUSTOMERS, tmp_path / "customers")
+    spec = _fk(tmp_path, columns={"amount": "l.amount * 2", "name": "r.name"})
     hook = FkJoinHook(connect_conn, env_vars={"FKJOIN_TRACE": "1"})
     failures: list[BaseException] = []
 
     def refresh() -> None:
         try:
-            hook.run(_fk(tmp_path, columns={"amount": "l.amount * 2", "name": "r.name"}))
+            hook.run(spec)
         except BaseException as error:
             failures.append(error)
 
     thread = threading.Thread(target=refresh, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 300
-    while hook.driver_output is None or hook.driver_output.phase != "merge_started":
-        assert thread.is_alive() and time.monotonic() < deadline, failures or "the write never started"
-        time.sleep(0.05)  # a poll interval: the phase the child printed decides
+    wait_for(
+        lambda: (
+            (hook.driver_output is not None and hook.driver_output.phase == "merge_started")
+            or not thread.is_alive()
+        ),
+        timeout_s=300,
+        interval_s=0.05,
+        what="the refresh's write to begin",
+    )
+    assert hook.driver_output is not None and hook.driver_output.phase == "merge_started", failures
     hook.on_kill()
     thread.join(60)
-    assert not thread.is_alive() and failures, "the killed refresh must fail"
-    # on_kill waits at most 3 s (Airflow's grace period) for the interrupt: on a loaded machine it can
-    # land after that, into the same list
-    wait_for(lambda: hook.interrupted, timeout_s=60, what="the server to interrupt the write")
+    assert not thread.is_alive(), "the killed refresh's client must end"
     assert hook._connect_run is not None and hook._connect_run._process.poll() is not None
-    assert not (tmp_path / "out" / "_delta_log").exists(), "a killed first refresh committed"
 
-    session = ConnectSession.builder.remote(hook._connect_run.url).create()
-    with pytest.raises(Exception, match=r"SESSION_CLOSED|INVALID_HANDLE"):
-        session.sql("SELECT 1").collect()
+    def session_released() -> bool:
+        session = ConnectSession.builder.remote(hook._connect_run.url).create()
+        try:
+            session.sql("SELECT 1").collect()
+        except Exception as error:  # the server's answer for a released session
+            return "SESSION_CLOSED" in str(error) or "INVALID_HANDLE" in str(error)
+        return False
+
+    # on_kill waits at most 3 s (Airflow's grace period) for the interrupt and the release: on a loaded
+    # machine they land later. A released session runs nothing more, so what is committed now is final.
+    wait_for(session_released, timeout_s=60, what="the server to release the killed refresh's session")
+    commits = _refresh_commits(spark, tmp_path / "out")
+    if commits:  # the kill landed after the commit: nothing is lost, nothing is half-written
+        assert len(commits) == 1
+        _assert_output_is_the_recompute(spark, tmp_path, commits[0])
+    else:  # interrupted mid-operation, or between two of them: either way the refresh failed
+        assert failures, "a refresh killed before its commit must fail"
+
+    rerun = FkJoinHook(connect_conn).run(spec)
+    assert rerun["mode"] == ("noop" if commits else "full"), rerun
+    after = _refresh_commits(spark, tmp_path / "out")
+    assert len(after) == 1, "the killed refresh and its rerun land one refresh between them"
+    _assert_output_is_the_recompute(spark, tmp_path, after[0])
