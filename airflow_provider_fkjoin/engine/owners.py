@@ -24,6 +24,9 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+#: The table property that records an output's owner.
+OWNER_PROPERTY = "fkjoin.owner"
+
 
 @dataclass(frozen=True)
 class OwnerVerdict:

@@ -21,12 +21,10 @@ from pyspark.sql import types as T
 from . import internals
 from .errors import SpecError
 from .locations import local_path, location_identity
+from .owners import OWNER_PROPERTY
 from .session import is_connect
 from .spec import RESERVED_PREFIX, TableRef, quote
 from .watermarks import read_history
-
-#: The table property naming the kind and spec that own an output (see :mod:`.ownership`).
-OWNER_PROPERTY = "fkjoin.owner"
 
 CDF_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp")
 LIVE_CHANGE_TYPES = ("insert", "update_postimage")

@@ -113,7 +113,7 @@ def noop_result(spec: Any, storage_options: dict[str, str] | None = None) -> dic
     >>> noop_result({"kind": "foreign_key_join", ...})["mode"]
     'noop'
     """
-    from .owners import owner_verdict, spec_owner
+    from .owners import OWNER_PROPERTY, owner_verdict, spec_owner
     from .planning import InputState, plan_refresh, refresh_result
     from .spec import load_spec, spec_field_hashes, spec_fingerprint
 
@@ -126,7 +126,7 @@ def noop_result(spec: Any, storage_options: dict[str, str] | None = None) -> dic
         output = _open(loaded.output.path, storage_options)
     except TableMissingError:
         return None
-    recorded = output.metadata().configuration.get("fkjoin.owner")
+    recorded = output.metadata().configuration.get(OWNER_PROPERTY)
     if recorded is not None and not owner_verdict(recorded, spec_owner(loaded)).allowed:
         return None  # another owner's output: the engine refuses it, with the reason
     scan = scan_output_log(output, location)
