@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import shutil
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -141,11 +142,24 @@ def test_trigger_succeeds_when_the_target_consumed_the_source(tables):
 def test_trigger_waits_then_succeeds_after_a_new_refresh(tables):
     source, target = tables
     trigger = HighWatermarkTrigger(target=str(target), source=str(source), wanted_version=2, poll_interval=0)
+    observations: list[Any] = []
+    saw_version_1 = threading.Event()
+    observe = trigger.observe
+
+    def observed() -> Any:
+        seen = observe()
+        observations.append(seen)
+        if seen.reached == 1:
+            saw_version_1.set()
+        return seen
+
+    trigger.observe = observed  # type: ignore[method-assign]
 
     async def go() -> dict[str, Any]:
         generator = trigger.run()
         pending = asyncio.ensure_future(generator.__anext__())
-        await asyncio.sleep(0)  # let it observe version 1 and go back to waiting
+        # the trigger has seen version 1 (short of the wanted 2) and goes on waiting
+        assert await asyncio.to_thread(saw_version_1.wait, 60), observations
         assert not pending.done()
         await asyncio.to_thread(record_refresh, target, {"source": (str(source), 2)})
         event = await pending

@@ -22,7 +22,10 @@ import pytest
 from airflow_stack import AirflowStack, parsed, running_airflow
 from e2e_support import ARTIFACTS, REPO, wait_for
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.timeout(1800),
+]  # the module fixture (db migrate, start-up) counts too
 
 DAG_ID = "fkjoin_kip99_global_table"
 SENSOR_TASK = "products_caught_up"
@@ -123,19 +126,20 @@ def test_kip99_example_dag_on_real_airflow(airflow_stack: AirflowStack, tmp_path
     _screenshot(f"{stack.base_url}/dags/{DAG_ID}", shot, tmp_path / "chromium-profile")
     assert shot.stat().st_size > 20_000, "the screenshot looks empty"
 
-    # The sensor deferred and its trigger ran in the triggerer: seen live over the API (the TI's state,
-    # its trigger's class, the triggerer job holding it) and in the trigger's log, which the triggerer
-    # writes beside the task's log.
-    assert "deferred" in sensor_seen["states"], (
-        f"{SENSOR_TASK} never deferred (states seen: {sensor_seen['states']}); the example DAG's sensor "
-        "must be deferrable and start before the bootstrap has caught up"
-    )
-    assert (sensor_seen["trigger"] or {}).get("classpath") == TRIGGER_CLASS, sensor_seen
-    picked_up = (sensor_seen["triggerer_job"] or {}).get("job_type") == "TriggererJob"
-    trigger_logs = list(
-        (stack.home / "logs" / f"dag_id={DAG_ID}" / f"run_id={run_id}" / f"task_id={SENSOR_TASK}").glob(
-            "attempt=*.log.trigger.*.log"
-        )
-    )
-    ran = any(" starting" in log.read_text(errors="replace") for log in trigger_logs)
-    assert picked_up or ran, (sensor_seen, trigger_logs)
+    # The sensor deferred and its trigger ran in the triggerer. A short deferral (the bootstrap has often
+    # caught up by the trigger's first look) can fall between two polls of the API, so the durable
+    # evidence decides: the triggerer writes a trigger log beside the task's log only for a deferred task,
+    # and this trigger logs each decision about its target. The live observations, when a poll caught
+    # them, must agree.
+    trigger_dir = stack.home / "logs" / f"dag_id={DAG_ID}" / f"run_id={run_id}" / f"task_id={SENSOR_TASK}"
+
+    def trigger_log() -> str | None:
+        text = "".join(p.read_text(errors="replace") for p in trigger_dir.glob("attempt=*.log.trigger.*.log"))
+        return text if " starting" in text and "products_global" in text else None
+
+    wait_for(trigger_log, timeout_s=120, what=f"{SENSOR_TASK}'s trigger log", services=services)
+    if sensor_seen["trigger"]:
+        assert sensor_seen["trigger"].get("classpath") == TRIGGER_CLASS, sensor_seen
+    if sensor_seen["triggerer_job"]:
+        assert sensor_seen["triggerer_job"].get("job_type") == "TriggererJob", sensor_seen
+    assert "success" in sensor_seen["states"] or summary[SENSOR_TASK] == "success", sensor_seen

@@ -379,14 +379,14 @@ def test_on_kill_interrupts_the_refresh_and_releases_its_session(
     thread.start()
     wait_for(
         lambda: (
-            (hook.driver_output is not None and hook.driver_output.phase == "merge_started")
+            (hook.driver_output is not None and "merge_started" in hook.driver_output.phases)
             or not thread.is_alive()
         ),
         timeout_s=300,
         interval_s=0.05,
         what="the refresh's write to begin",
     )
-    assert hook.driver_output is not None and hook.driver_output.phase == "merge_started", failures
+    assert hook.driver_output is not None and "merge_started" in hook.driver_output.phases, failures
     hook.on_kill()
     thread.join(60)
     assert not thread.is_alive(), "the killed refresh's client must end"
@@ -411,7 +411,9 @@ def test_on_kill_interrupts_the_refresh_and_releases_its_session(
         assert failures, "a refresh killed before its commit must fail"
 
     rerun = FkJoinHook(connect_conn).run(spec)
-    assert rerun["mode"] == ("noop" if commits else "full"), rerun
     after = _refresh_commits(spark, tmp_path / "out")
     assert len(after) == 1, "the killed refresh and its rerun land one refresh between them"
+    # A released session's operation is interrupted, not awaited: a commit already under way may still
+    # land after the release, and the rerun then finds nothing to do.
+    assert rerun["mode"] in (("noop",) if commits else ("noop", "full")), rerun
     _assert_output_is_the_recompute(spark, tmp_path, after[0])

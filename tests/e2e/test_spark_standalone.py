@@ -14,6 +14,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
+from e2e_support import wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -129,7 +130,11 @@ def test_foreign_key_join_on_standalone_cluster(
     assert _output(spark, output) == expected_after
     assert expected_after != expected
 
-    # Both refreshes ran on the cluster, not on a local master.
-    apps = spark_standalone.state()["completedapps"]
-    finished = [app for app in apps if app.get("state") == "FINISHED" and app["name"].startswith("fkjoin")]
-    assert len(finished) == 2, apps
+    # Both refreshes ran on the cluster, not on a local master (the master records an application's end
+    # asynchronously, so the second one may still be finishing).
+    def finished_apps() -> list[dict] | None:
+        apps = spark_standalone.state()["completedapps"]
+        done = [app for app in apps if app.get("state") == "FINISHED" and app["name"].startswith("fkjoin")]
+        return done if len(done) >= 2 else None
+
+    assert len(wait_for(finished_apps, timeout_s=60, what="two finished fkjoin applications")) == 2
