@@ -34,10 +34,14 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-EXIT_ERROR = 1
-EXIT_BAD_INPUT = 2
-EXIT_RETRY = 75
-EXIT_AUDIT_DIFFERS = 3
+from airflow_provider_fkjoin.engine import (
+    ERROR_PREFIX,
+    EXIT_AUDIT_DIFFERS,
+    EXIT_BAD_INPUT,
+    EXIT_ERROR,
+    EXIT_RETRY,
+)
+
 #: Lines of a Spark error message shown (a Spark message often has its useful part after line 1).
 MESSAGE_LINES = 20
 #: Lines of the deepest JVM cause's message shown.
@@ -49,8 +53,7 @@ _connect_sessions: list[Any] = []
 
 
 def _spark(args: argparse.Namespace) -> Any:
-    from airflow_provider_fkjoin.engine import get_spark
-    from airflow_provider_fkjoin.engine.session import is_connect
+    from airflow_provider_fkjoin.engine import get_spark, is_connect
 
     conf = dict(item.split("=", 1) for item in args.conf or [])
     spark = get_spark(args.master, conf=conf)
@@ -70,7 +73,7 @@ def _release_connect_sessions() -> None:
 
 def _cmd_connect_server(args: argparse.Namespace) -> dict[str, Any]:
     """Exec a Spark Connect server with Delta (never returns)."""
-    from airflow_provider_fkjoin.engine.session import connect_server_argv
+    from airflow_provider_fkjoin.engine import connect_server_argv
 
     conf = dict(item.split("=", 1) for item in args.conf or [])
     beside = Path(sys.executable).parent / "spark-submit"  # pip's pyspark, in this environment
@@ -342,19 +345,19 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s"
     )
-    from airflow_provider_fkjoin.engine.errors import FkJoinError
+    from airflow_provider_fkjoin.engine import FkJoinError
 
     try:
         result = args.handler(args)
     except FkJoinError as exc:
         _release_connect_sessions()
-        print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(f"{ERROR_PREFIX}{type(exc).__name__}: {exc}", file=sys.stderr)
         if args.verbose:
             traceback.print_exception(exc, file=sys.stderr)
         return EXIT_RETRY if exc.retryable else EXIT_BAD_INPUT
     except Exception as exc:
         _release_connect_sessions()
-        print(f"error: {type(exc).__name__}: {_summary(exc)}", file=sys.stderr)
+        print(f"{ERROR_PREFIX}{type(exc).__name__}: {_summary(exc)}", file=sys.stderr)
         for line in root_cause_lines(exc):
             print(line, file=sys.stderr)
         if args.verbose:

@@ -16,7 +16,7 @@ from urllib.parse import quote, urlsplit
 
 from airflow.sdk import BaseOperatorLink
 
-from airflow_provider_fkjoin.engine.locations import TABLE_SCHEMES, normalise_location
+from airflow_provider_fkjoin.engine import TABLE_SCHEMES, normalise_location
 
 if TYPE_CHECKING:
     from airflow.sdk import BaseOperator

@@ -86,3 +86,19 @@ def test_the_connect_servers_exact_argv(monkeypatch: pytest.MonkeyPatch, tmp_pat
         "--conf", "spark.connect.grpc.binding.port=15099",
         "spark-internal",
     ]  # fmt: skip
+
+
+def test_delta_jar_version_is_named_once_and_fits_the_pinned_package():
+    """The jar the engine asks Maven for is the one setup fetches, and belongs to the installed delta-spark."""
+    import re
+    from importlib.metadata import version
+    from pathlib import Path
+
+    from airflow_provider_fkjoin.engine import DELTA_JAR_VERSION, DELTA_MAVEN_COORDINATE
+
+    pom = (Path(__file__).resolve().parents[1] / "scripts" / "delta-jars.pom.xml").read_text()
+    fetched = re.search(r"<delta.version>([^<]+)</delta.version>", pom)
+    assert fetched is not None and fetched.group(1) == DELTA_JAR_VERSION
+    assert DELTA_MAVEN_COORDINATE.endswith(":" + DELTA_JAR_VERSION)
+    package = version("delta-spark").split(".")
+    assert DELTA_JAR_VERSION.split(".")[:2] == package[:2]

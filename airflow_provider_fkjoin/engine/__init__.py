@@ -1,6 +1,6 @@
 """The fkjoin engine: incremental Kafka-Streams-grade joins on Spark and Delta Lake.
 
-Public API (stable; see DESIGN.md)::
+Public API (stable; see docs/concepts/result.md and the spec reference)::
 
     from airflow_provider_fkjoin.engine import get_spark, run_spec, load_spec, SpecError
     result = run_spec("spec.yaml", spark=get_spark())
@@ -22,7 +22,19 @@ from .errors import (
     SpecError,
     TableNotBootstrappedError,
 )
-from .locations import location_identity, normalise_location
+from .locations import TABLE_SCHEMES, location_identity, normalise_location
+from .packaging import DELTA_JAR_VERSION, DELTA_MAVEN_COORDINATE, ENGINE_LOG4J, delta_jars
+from .protocol import (
+    APP_INFO_PREFIX,
+    ERROR_PREFIX,
+    EXIT_AUDIT_DIFFERS,
+    EXIT_BAD_INPUT,
+    EXIT_ERROR,
+    EXIT_JOB_BAD_INPUT,
+    EXIT_OK,
+    EXIT_RETRY,
+    PHASE_MARKER,
+)
 from .watermarks import (
     TableMissingError,
     consumed_input,
@@ -37,13 +49,16 @@ from .watermarks import (
 
 if TYPE_CHECKING:
     from .runner import refresh_status, run_spec
-    from .session import get_spark
+    from .session import DEFAULT_CONF, connect_server_argv, get_spark, is_connect
     from .spec import WRITE_PATHS, as_self_join, load_spec
 
 _LAZY = {
+    "DEFAULT_CONF": ".session",
     "WRITE_PATHS": ".spec",
     "as_self_join": ".spec",
+    "connect_server_argv": ".session",
     "get_spark": ".session",
+    "is_connect": ".session",
     "load_spec": ".spec",
     "refresh_status": ".runner",
     "run_spec": ".runner",
@@ -59,6 +74,20 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "APP_INFO_PREFIX",
+    "DEFAULT_CONF",
+    "DELTA_JAR_VERSION",
+    "DELTA_MAVEN_COORDINATE",
+    "ENGINE_LOG4J",
+    "ERROR_PREFIX",
+    "EXIT_AUDIT_DIFFERS",
+    "EXIT_BAD_INPUT",
+    "EXIT_ERROR",
+    "EXIT_JOB_BAD_INPUT",
+    "EXIT_OK",
+    "EXIT_RETRY",
+    "PHASE_MARKER",
+    "TABLE_SCHEMES",
     "WRITE_PATHS",
     "ConcurrentRefreshError",
     "FkJoinError",
@@ -67,10 +96,13 @@ __all__ = [
     "TableMissingError",
     "TableNotBootstrappedError",
     "as_self_join",
+    "connect_server_argv",
     "consumed_input",
     "consumed_version",
+    "delta_jars",
     "get_spark",
     "high_watermark",
+    "is_connect",
     "load_spec",
     "location_identity",
     "noop_result",

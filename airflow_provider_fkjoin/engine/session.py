@@ -16,17 +16,11 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
-from pathlib import Path
 
 from pyspark.sql import SparkSession
 
 from .errors import SpecError
-
-DELTA_MAVEN_COORDINATE = "io.delta:delta-spark_4.2_2.13:4.4.0"
-_ENGINE_DIR = Path(__file__).resolve().parent
-_REPO_JARS = _ENGINE_DIR.parents[1] / ".jars"
-#: The engine's quiet logging for Spark's JVM (warnings and errors only).
-ENGINE_LOG4J = _ENGINE_DIR / "log4j2.properties"
+from .packaging import DELTA_MAVEN_COORDINATE, ENGINE_LOG4J, delta_jars
 
 DEFAULT_CONF: dict[str, str] = {
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
@@ -62,19 +56,6 @@ def is_connect(spark: SparkSession) -> bool:
     (True, False)
     """
     return type(spark).__module__.startswith("pyspark.sql.connect")
-
-
-def delta_jars() -> list[str]:
-    """Local Delta jars: ``FKJOIN_DELTA_JARS`` (a folder or comma list), else the repo's ``.jars/``."""
-    configured = os.environ.get("FKJOIN_DELTA_JARS", "")
-    if configured:
-        candidate = Path(configured)
-        if candidate.is_dir():
-            return sorted(str(p) for p in candidate.glob("*.jar"))
-        return [part for part in configured.split(",") if part]
-    if _REPO_JARS.is_dir():
-        return sorted(str(p) for p in _REPO_JARS.glob("*.jar"))
-    return []
 
 
 def parse_conf(text: str) -> dict[str, str]:

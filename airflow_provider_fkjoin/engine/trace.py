@@ -17,6 +17,8 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+from .protocol import PHASE_MARKER
+
 log = logging.getLogger("airflow_provider_fkjoin")
 _listeners: list[Callable[[str], None]] = []
 
@@ -25,7 +27,7 @@ def phase(name: str) -> None:
     """Mark that a refresh reached ``name``."""
     log.info("phase %s", name)
     if os.environ.get("FKJOIN_TRACE") == "1":
-        sys.stderr.write(f"FKJOIN_PHASE {name} {time.monotonic():.3f}\n")
+        sys.stderr.write(f"{PHASE_MARKER}{name} {time.monotonic():.3f}\n")
         sys.stderr.flush()
     for listener in list(_listeners):
         listener(name)

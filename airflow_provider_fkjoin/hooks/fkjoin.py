@@ -45,14 +45,20 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException, Airfl
 from airflow.sdk.log import mask_secret
 
 from airflow_provider_fkjoin.credentials import CredentialsError, StorageCredentials, storage_credentials
-from airflow_provider_fkjoin.engine import WRITE_PATHS
-from airflow_provider_fkjoin.jobs import FKJOIN_JOB_FILE
-from airflow_provider_fkjoin.jobs.fkjoin_job import (
+from airflow_provider_fkjoin.engine import (
     APP_INFO_PREFIX,
+    DELTA_MAVEN_COORDINATE,
+    ENGINE_LOG4J,
+    ERROR_PREFIX,
+    EXIT_BAD_INPUT,
     EXIT_JOB_BAD_INPUT,
-    REDACTION_CONF,
-    REDACTION_REGEX,
+    EXIT_RETRY,
+    PHASE_MARKER,
+    WRITE_PATHS,
+    delta_jars,
 )
+from airflow_provider_fkjoin.jobs import FKJOIN_JOB_FILE
+from airflow_provider_fkjoin.jobs.fkjoin_job import REDACTION_CONF, REDACTION_REGEX
 from airflow_provider_fkjoin.links import check_location, spark_ui_url
 
 if TYPE_CHECKING:
@@ -62,11 +68,7 @@ if TYPE_CHECKING:
 
     from airflow_provider_fkjoin.hooks.connect import SparkConnectRun
 
-DELTA_PACKAGE = "io.delta:delta-spark_4.2_2.13:4.4.0"
-#: The ``fkjoin`` CLI's exit code for a bad spec or bad input data (also Python's own for a file it
-#: cannot open, so it counts only with the CLI's ``error:`` line beside it).
-EXIT_BAD_INPUT = 2
-EXIT_RETRY = 75
+DELTA_PACKAGE = DELTA_MAVEN_COORDINATE
 #: Spark-side settings and SparkSubmitHook arguments that make spark-submit return while the application
 #: still runs: the task would then report a refresh that has not happened (see :meth:`FkJoinHook.run`).
 NON_BLOCKING_KWARGS = ("yarn_track_via_rm_api", "track_driver_via_k8s_api")
@@ -77,7 +79,6 @@ NON_BLOCKING_CONF = (
 )
 #: The YARN ApplicationMaster's diagnostics for a driver that exited non-zero (spark-submit itself exits 1).
 _YARN_USER_EXIT = re.compile(r"User application exited with status (\d+)")
-_ENGINE_DIR = Path(__file__).resolve().parents[1] / "engine"
 _LOCAL_MASTERS = ("local",)
 MASK = "******"
 
@@ -213,7 +214,7 @@ class DriverOutput:
         self.tail.append(line)
         if (found := _YARN_USER_EXIT.search(line)) is not None:
             self.yarn_exit_code = int(found.group(1))
-        if line.startswith("FKJOIN_PHASE "):
+        if line.startswith(PHASE_MARKER):
             parts = line.split()
             self.phase = parts[1] if len(parts) > 1 else None
             if len(parts) == 3 and self.phase is not None:
@@ -235,8 +236,8 @@ class DriverOutput:
                 return
             if isinstance(parsed, dict) and "kind" in parsed and "mode" in parsed:
                 self.result = parsed
-        elif line.startswith("error: "):
-            self.error = line.removeprefix("error: ")
+        elif line.startswith(ERROR_PREFIX):
+            self.error = line.removeprefix(ERROR_PREFIX)
         elif self.error is not None and line.startswith(("cause: ", "error class: ")) and len(self.cause) < 5:
             self.cause.append(line)
 
@@ -412,8 +413,6 @@ class FkJoinHook(BaseHook):
             return self.jars, None
         if self.packages:
             return None, self.packages
-        from airflow_provider_fkjoin.engine.session import delta_jars
-
         local = delta_jars()
         return (",".join(local), None) if local else (None, DELTA_PACKAGE)
 
@@ -427,9 +426,8 @@ class FkJoinHook(BaseHook):
         }
         if deploy_mode != "cluster":
             conf["spark.pyspark.driver.python"] = sys.executable
-            log4j = _ENGINE_DIR / "log4j2.properties"
-            if log4j.is_file():
-                conf["spark.driver.extraJavaOptions"] = f"-Dlog4j.configurationFile=file:{log4j}"
+            if ENGINE_LOG4J.is_file():
+                conf["spark.driver.extraJavaOptions"] = f"-Dlog4j.configurationFile=file:{ENGINE_LOG4J}"
         if master.startswith(_LOCAL_MASTERS):
             conf["spark.pyspark.python"] = sys.executable
         if master.startswith("yarn") and deploy_mode == "cluster":
@@ -623,7 +621,7 @@ class FkJoinHook(BaseHook):
                 "the Spark job succeeded but its result is not in spark-submit's output and the output "
                 "is a catalog table (no path to read the Delta log from)"
             )
-        from airflow_provider_fkjoin.engine.watermarks import refresh_result_from_commit
+        from airflow_provider_fkjoin.engine import refresh_result_from_commit
 
         self.log.info("Result not in spark-submit's output; reading it from %s's Delta log", location)
         return refresh_result_from_commit(location, before, self.storage_options, origin=origin)
@@ -652,7 +650,7 @@ class FkJoinHook(BaseHook):
     def _output_version(self, location: str | None) -> int | None:
         if not location:
             return None
-        from airflow_provider_fkjoin.engine.watermarks import TableMissingError, high_watermark
+        from airflow_provider_fkjoin.engine import TableMissingError, high_watermark
 
         try:
             return high_watermark(location, self.storage_options)

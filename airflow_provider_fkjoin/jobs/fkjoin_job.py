@@ -23,9 +23,6 @@ import json
 import sys
 from typing import Any
 
-APP_INFO_PREFIX = "FKJOIN_APP "
-#: The job's exit code for a bad spec or bad input data (``EX_DATAERR``); the CLI's own is 2.
-EXIT_JOB_BAD_INPUT = 65
 REDACTION_CONF = "spark.redaction.regex"
 #: Spark's default is ``(?i)secret|password|token|access[.]?key``: too narrow for SAS tokens, account
 #: keys, session tokens, credential files and private keys.
@@ -45,7 +42,7 @@ def start_session() -> Any:
     from pyspark import SparkConf, SparkContext
     from pyspark.sql import SparkSession
 
-    from airflow_provider_fkjoin.engine.session import DEFAULT_CONF
+    from airflow_provider_fkjoin.engine import DEFAULT_CONF
 
     SparkContext._ensure_initialized()  # attach to spark-submit's JVM so SparkConf sees its settings
     submitted = SparkConf()
@@ -61,6 +58,7 @@ def start_session() -> Any:
 def main(argv: list[str] | None = None) -> int:
     """Run ``fkjoin`` inside spark-submit; returns the CLI's exit code, 65 for its 2 (see the module)."""
     from airflow_provider_fkjoin import cli
+    from airflow_provider_fkjoin.engine import APP_INFO_PREFIX, EXIT_BAD_INPUT, EXIT_JOB_BAD_INPUT
 
     args = list(sys.argv[1:] if argv is None else argv)
     spark = start_session()
@@ -71,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
         code = cli.main(args)
     finally:
         spark.stop()
-    return EXIT_JOB_BAD_INPUT if code == cli.EXIT_BAD_INPUT else code
+    return EXIT_JOB_BAD_INPUT if code == EXIT_BAD_INPUT else code
 
 
 if __name__ == "__main__":

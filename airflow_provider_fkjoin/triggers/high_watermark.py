@@ -110,8 +110,7 @@ def check_source(source: str, goal: Goal, current_table_id: str | None) -> None:
 
 def classify_error(error: BaseException) -> Literal["permanent", "transient"]:
     """A missing table or a bad argument is permanent (fail fast); anything else may pass (retry)."""
-    from airflow_provider_fkjoin.engine.errors import SpecError
-    from airflow_provider_fkjoin.engine.watermarks import TableMissingError
+    from airflow_provider_fkjoin.engine import SpecError, TableMissingError
 
     if isinstance(error, TableMissingError | SpecError | ValueError | TypeError):
         return "permanent"
@@ -126,7 +125,7 @@ def observe(target: str, source: str | None, storage_options: Mapping[str, str] 
     first refresh may be running). Raises ``TableMissingError`` when the source, or a target watched
     without a source, does not exist.
     """
-    from airflow_provider_fkjoin.engine.watermarks import (
+    from airflow_provider_fkjoin.engine import (
         TableMissingError,
         consumed_input,
         high_watermark,
@@ -148,7 +147,7 @@ def observe(target: str, source: str | None, storage_options: Mapping[str, str] 
 
 def source_goal(source: str, storage_options: Mapping[str, str] | None = None) -> Goal:
     """The source's high watermark now, with its table id: the goal of a sensor starting now."""
-    from airflow_provider_fkjoin.engine.watermarks import table_snapshot
+    from airflow_provider_fkjoin.engine import table_snapshot
 
     snapshot = table_snapshot(source, dict(storage_options) if storage_options else None)
     return Goal(snapshot.version, snapshot.table_id)
