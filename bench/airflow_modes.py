@@ -1,8 +1,8 @@
-r"""Wall time of a small refresh and of a noop through each execution mode, side by side in one run.
+r"""Benchmark: a small refresh and a noop through each execution mode, side by side in one run.
 
-The issue: a DAG author refreshing a 12-row join every few minutes waited about a minute per task, most
-of it a JVM starting for spark-submit, even when nothing changed. This measures one foreign-key join
-(12 orders x 4 customers, one customer renamed per refresh) five ways:
+A DAG that refreshes a 12-row join every few minutes pays, per task, whatever its execution mode costs
+beyond the join itself (a JVM start for spark-submit), even when nothing changed. This measures one
+foreign-key join (12 orders x 4 customers, one customer renamed per refresh) five ways:
 
 * ``refresh via spark-submit`` and ``noop via spark-submit`` (the noop check off, so Spark decides);
 * ``refresh via Spark Connect`` and ``noop via Spark Connect`` (a warm ``fkjoin connect-server``);
@@ -15,7 +15,7 @@ and a whole ``airflow tasks test`` of the same operator: the process's wall time
 DAG parsing, an in-process API server) and the task's run (from Airflow's "Task started" to its end,
 what a worker spends). Cases run round-robin so drift hits them alike.
 
-    .venv/bin/python bench/bench_airflow_modes.py --repeat 5 --json-out bench/results_airflow_modes.json
+    python -m bench.airflow_modes --repeat 5 --json-out bench/results/airflow_modes.json
 
 ``--noop-dags-test`` measures only the noop through the no-JVM check, as ``airflow dags test`` runs it:
 the task's time is Airflow's own, the task instance's ``start_date`` to ``end_date`` read back from the
@@ -25,8 +25,8 @@ module's import, the DAG parse, the ``start`` call to the Execution API and its 
 template rendering, the operator's spec, hook, noop check, XCom pushes and asset event, the return
 value's XCom, and what Airflow does after ``end_date``: the success call, extra links, listeners).
 
-    .venv/bin/python bench/bench_airflow_modes.py --noop-dags-test --repeat 3 \
-        --json-out bench/results_noop_dags_test.json
+    FKJOIN_DELTA_JARS=$PWD/.jars python -m bench.airflow_modes --noop-dags-test --repeat 3 \
+        --json-out bench/results/noop_dags_test.json
 """
 
 from __future__ import annotations
@@ -49,10 +49,12 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-from bench_common import HERE, parse_with_common, write_report
 from deltalake import DeltaTable, write_deltalake
 
-REPO = HERE.parent
+from bench.common import BENCH_DIR, DATA_DIR, add_common, command_line, json_out, write_report
+
+REPO_ROOT = BENCH_DIR.parent
+
 AIRFLOW = str(Path(sys.executable).parent / "airflow")
 CASES = [
     ("refresh via spark-submit", "spark_default", False, True),
@@ -114,7 +116,7 @@ def start_connect_server(workdir: Path, port: int) -> subprocess.Popen[bytes]:
 
 
 def time_hook(conn_id: str, noop_check: bool, the_spec: dict[str, Any]) -> dict[str, Any]:
-    from airflow_provider_fkjoin.hooks.fkjoin import FkJoinHook
+    from airflow_provider_fkjoin.hooks import FkJoinHook
 
     hook = FkJoinHook(conn_id, noop_check=noop_check, env_vars={"FKJOIN_TRACE": "1"})
     started = time.monotonic()
@@ -264,11 +266,15 @@ def time_dags_test(env: dict[str, str], home: Path, dag_id: str, trace: Path | N
     """One ``airflow dags test`` of ``dag_id`` (the DAG's defaults: ``spark_default``, noop check on): the
     join task instance's start/end dates (and the first task's, if any), the process's wall time and, with
     ``trace``, the join's phases."""
-    argv = [AIRFLOW, "dags", "test", dag_id]
+    argv, cwd = [AIRFLOW, "dags", "test", dag_id], None
     if trace is not None:
-        argv = [sys.executable, __file__, "--trace-airflow", str(trace), *argv[1:]]
+        # This module in a child process, from a folder that holds no package: ``bench`` is found through
+        # PYTHONPATH after whatever PYTHONPATH already names (a copy of the provider, say).
+        argv = [sys.executable, "-m", "bench.airflow_modes", "--trace-airflow", str(trace), *argv[1:]]
+        env = {**env, "PYTHONPATH": os.pathsep.join(filter(None, [env.get("PYTHONPATH"), str(REPO_ROOT)]))}
+        cwd = home
     started = time.monotonic()
-    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600, check=False)
+    done = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=600, check=False)
     wall = time.monotonic() - started
     output = done.stdout + done.stderr
     run_id = re.search(r"DagRun Finished: .*?run_id=([^,\s]+),.*?state=success", output)
@@ -300,6 +306,7 @@ def noop_dags_test(args: argparse.Namespace, env: dict[str, str], warehouse: Pat
                 runs.setdefault(name, []).append(time_dags_test({**env, **extra_env}, home, dag_id, trace))
                 print(name, runs[name][-1], flush=True)
     report = {
+        "command": command_line("bench.airflow_modes"),
         "repeat": args.repeat,
         "commands": {case: f"airflow dags test {dag_id}" for case, dag_id, _ in NOOP_CASES},
         "environments": {case: extra_env for case, _, extra_env in NOOP_CASES},
@@ -327,14 +334,18 @@ def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="python -m bench.airflow_modes",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
         "--noop-dags-test",
         action="store_true",
         help="only the noop through the no-JVM check, in `airflow dags test` (task instance start/end dates)",
     )
-    args = parse_with_common(parser, "airflow_modes", argv, repeat=5)
+    add_common(parser, DATA_DIR / "airflow_modes", repeat=5)
+    args = parser.parse_args(argv)
+    args.json_out = json_out(args.json_out, "noop_dags_test" if args.noop_dags_test else "airflow_modes")
 
     shutil.rmtree(args.workdir, ignore_errors=True)
     warehouse, home = args.workdir / "warehouse", args.workdir / "airflow-home"
@@ -352,7 +363,7 @@ def main(argv: list[str] | None = None) -> None:
         **{k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")},
         **conns,
         "AIRFLOW_HOME": str(home),
-        "AIRFLOW__CORE__DAGS_FOLDER": str(HERE / "dags"),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(BENCH_DIR / "dags"),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "FKJOIN_BENCH_WAREHOUSE": str(warehouse),
         "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
@@ -365,7 +376,12 @@ def main(argv: list[str] | None = None) -> None:
         return
     server = start_connect_server(args.workdir, port)
     the_spec = spec(warehouse)
-    report: dict[str, Any] = {"repeat": args.repeat, "rows": {"orders": 12, "customers": 4}, "cases": {}}
+    report: dict[str, Any] = {
+        "command": command_line("bench.airflow_modes"),
+        "repeat": args.repeat,
+        "rows": {"orders": 12, "customers": 4},
+        "cases": {},
+    }
     try:
         # warm-up: the first (full) refresh, and one refresh through each mode (JIT, caches)
         for conn_id in ("spark_default", "spark_connect_bench"):

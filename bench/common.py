@@ -1,50 +1,254 @@
-"""What every benchmark script here shares: the common flags, a Spark session sized for this machine with
-a fresh work folder, and the JSON report.
+"""What every benchmark shares: its flags, the Spark session, timing, the engine's phase markers, Spark's
+SQL executions, and the JSON report.
 
-    args = parse_with_common(parser, "windowed")    # --repeat, --workdir, --master, --json-out
-    spark = bench_spark(args)                        # local[2], 8 shuffle partitions, empty args.workdir
-    write_report(report, args.json_out)              # printed, and saved when --json-out is given
+    parser = argparse.ArgumentParser(description=...)
+    args = parse_with_common(parser, "windowed")     # --repeat, --workdir, --master, --json-out
+    spark = bench_spark(args)                         # local[2], 8 shuffle partitions, empty args.workdir
+    write_report(report, args.json_out)               # printed, and saved under bench/results/
+
+Nothing here imports pyspark or the engine at import time, so ``python -m bench.<name> --help`` answers
+without starting a JVM.
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import json
+import os
+import re
 import shutil
+import statistics
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-HERE = Path(__file__).resolve().parent
+BENCH_DIR = Path(__file__).resolve().parent
+#: Generated tables, per-run copies, Spark scratch space (gitignored).
+DATA_DIR = BENCH_DIR / "data"
+#: The JSON reports behind the figures in bench/README.md.
+RESULTS_DIR = BENCH_DIR / "results"
+#: Every benchmark's Spark settings unless it adds its own: sized for the 2-core, 24 GiB machine.
+SPARK_CONF = {"spark.sql.shuffle.partitions": "8", "spark.driver.memory": "8g"}
+
+T = TypeVar("T")
+
+
+# --------------------------------------------------------------------------------------------------------
+# flags
+
+
+def add_common(
+    parser: argparse.ArgumentParser,
+    workdir: Path,
+    repeat: int | None = 3,
+    repeat_help: str | None = None,
+) -> None:
+    """Add ``--repeat``, ``--workdir``, ``--master`` and ``--json-out`` (resolved by :func:`json_out`)."""
+    parser.add_argument("--repeat", type=int, default=repeat, help=repeat_help)
+    shown = workdir.relative_to(BENCH_DIR.parent) if workdir.is_relative_to(BENCH_DIR.parent) else workdir
+    parser.add_argument("--workdir", type=Path, default=workdir, help=f"data folder (default {shown})")
+    parser.add_argument("--master", default="local[2]")
+    parser.add_argument(
+        "--json-out",
+        type=Path,
+        default=None,
+        help="write the report here as JSON (default bench/results/<benchmark>.json; '-' prints it only)",
+    )
 
 
 def parse_with_common(
     parser: argparse.ArgumentParser, workdir: str, argv: list[str] | None = None, repeat: int = 3
 ) -> argparse.Namespace:
-    """Add ``--repeat``, ``--workdir`` (default ``bench/data/<workdir>``), ``--master`` and ``--json-out``,
-    then parse."""
-    parser.add_argument("--repeat", type=int, default=repeat)
-    parser.add_argument("--workdir", type=Path, default=HERE / "data" / workdir)
-    parser.add_argument("--master", default="local[2]")
-    parser.add_argument("--json-out", type=Path, default=None)
-    return parser.parse_args(argv)
+    """Add the common flags (``--workdir`` defaults to ``bench/data/<workdir>``) and parse; ``--json-out``
+    defaults to ``bench/results/<workdir>.json``."""
+    add_common(parser, DATA_DIR / workdir, repeat)
+    args = parser.parse_args(argv)
+    args.json_out = json_out(args.json_out, workdir)
+    return args
+
+
+def json_out(given: Path | None, name: str) -> Path | None:
+    """Where a report goes: ``given``; ``bench/results/<name>.json`` when not given; nowhere for ``-``."""
+    if given is None:
+        return RESULTS_DIR / f"{name}.json"
+    return None if str(given) == "-" else given
+
+
+def conf_pairs(items: Iterable[str]) -> dict[str, str]:
+    """``--conf KEY=VALUE`` flags as a dict."""
+    conf = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise SystemExit(f"--conf {item!r}: expected KEY=VALUE")
+        conf[key.strip()] = value.strip()
+    return conf
+
+
+def command_line(module: str) -> str:
+    """The command that ran this benchmark, for its report."""
+    return " ".join(["python", "-m", module, *sys.argv[1:]])
+
+
+# --------------------------------------------------------------------------------------------------------
+# Spark
+
+
+def spark_session(master: str, conf: dict[str, str] | None = None):
+    """The engine's SparkSession for a benchmark: :data:`SPARK_CONF` plus ``conf``, Spark's log at ERROR.
+    ``spark.driver.memory`` applies only to a new JVM: run each benchmark in a fresh process."""
+    from airflow_provider_fkjoin.engine import get_spark
+
+    spark = get_spark(master, {**SPARK_CONF, **(conf or {})})
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
 
 
 def bench_spark(args: argparse.Namespace, conf: dict[str, str] | None = None):
-    """The engine's SparkSession for a benchmark (8 shuffle partitions, 8 GB driver, plus ``conf``), and an
-    empty ``args.workdir``."""
-    from airflow_provider_fkjoin.engine import get_spark
-
-    settings = {"spark.sql.shuffle.partitions": "8", "spark.driver.memory": "8g", **(conf or {})}
-    spark = get_spark(args.master, settings)
-    spark.sparkContext.setLogLevel("ERROR")
+    """:func:`spark_session` for ``args.master``, and an empty ``args.workdir``."""
+    spark = spark_session(args.master, conf)
     shutil.rmtree(args.workdir, ignore_errors=True)
     args.workdir.mkdir(parents=True)
     return spark
 
 
+# --------------------------------------------------------------------------------------------------------
+# timing
+
+
+def timed(fn: Callable[[], T]) -> tuple[float, T]:
+    """``(seconds, fn())``."""
+    started = time.perf_counter()
+    value = fn()
+    return time.perf_counter() - started, value
+
+
+def timings(fn: Callable[[], Any], repeat: int) -> list[float]:
+    """Seconds of ``repeat`` calls of ``fn``, rounded to milliseconds."""
+    return [round(timed(fn)[0], 3) for _ in range(repeat)]
+
+
+def median(values: Iterable[float]) -> float | None:
+    """The median, or None for no values."""
+    values = list(values)
+    return statistics.median(values) if values else None
+
+
+# --------------------------------------------------------------------------------------------------------
+# the engine's phase markers
+
+
+class PhaseTee(io.TextIOBase):
+    """Wraps ``sys.stderr``: forwards everything, and timestamps (``time.perf_counter``) each line the
+    engine writes when it reaches a phase (``FKJOIN_TRACE=1``: ``FKJOIN_PHASE <name> ...``)."""
+
+    def __init__(self, inner: Any, marker: str) -> None:
+        self.inner = inner
+        self.pattern = re.compile(re.escape(marker.strip()) + r"\s+(\S+)(.*)")
+        self.lock = threading.Lock()
+        self.events: list[tuple[float, str, str]] = []
+        self._partial = ""
+
+    def write(self, s: str) -> int:
+        now = time.perf_counter()
+        with self.lock:
+            self._partial += s
+            while "\n" in self._partial:
+                line, self._partial = self._partial.split("\n", 1)
+                found = self.pattern.search(line)
+                if found:
+                    self.events.append((now, found.group(1), found.group(2).strip()))
+        return self.inner.write(s)
+
+    def flush(self) -> None:
+        self.inner.flush()
+
+    def fileno(self) -> int:
+        return self.inner.fileno()
+
+    def isatty(self) -> bool:
+        return False
+
+    def take(self) -> list[tuple[float, str, str]]:
+        """The ``(time, phase, rest of the line)`` seen since the last call."""
+        with self.lock:
+            events, self.events = self.events, []
+        return events
+
+
+def trace_phases() -> PhaseTee:
+    """Turn the engine's phase markers on (``FKJOIN_TRACE=1``) and catch them on ``sys.stderr``."""
+    from airflow_provider_fkjoin.engine import PHASE_MARKER
+
+    os.environ["FKJOIN_TRACE"] = "1"
+    if not isinstance(sys.stderr, PhaseTee):
+        sys.stderr = PhaseTee(sys.stderr, PHASE_MARKER)
+    return sys.stderr
+
+
+@contextmanager
+def phases_seen(tee: PhaseTee) -> Iterator[list[tuple[str, float]]]:
+    """The ``(phase, time)`` the engine reaches while the block runs, in order."""
+    tee.take()
+    seen: list[tuple[str, float]] = []
+    try:
+        yield seen
+    finally:
+        seen.extend((name, at) for at, name, _ in tee.take())
+
+
+# --------------------------------------------------------------------------------------------------------
+# Spark's SQL executions (the status store behind the UI's SQL tab)
+
+
+def settled_executions(spark) -> tuple[int, list]:
+    """Jobs submitted so far and the SQL executions recorded, once the listener bus has caught up (the
+    status store is filled in the background)."""
+    context = spark.sparkContext._jsc.sc()
+    context.listenerBus().waitUntilEmpty()
+    listed = spark._jsparkSession.sharedState().statusStore().executionsList()
+    return int(context.dagScheduler().nextJobId()), [listed.apply(i) for i in range(listed.size())]
+
+
+def duration_ms(execution) -> int:
+    done = execution.completionTime()
+    return int(done.get().getTime()) - int(execution.submissionTime()) if done.isDefined() else 0
+
+
+def is_top_level(execution) -> bool:
+    return int(execution.rootExecutionId()) == int(execution.executionId())
+
+
+def describe_execution(execution, started_ms: float) -> str:
+    """``+offset ms, duration ms, description (jobs)``; nested executions are indented."""
+    offset = int(execution.submissionTime() - started_ms)
+    nested = "" if is_top_level(execution) else "  "
+    return (
+        f"{nested}+{offset}ms {duration_ms(execution)}ms {execution.description()[:80]} "
+        f"({execution.jobs().size()} jobs)"
+    )
+
+
+# --------------------------------------------------------------------------------------------------------
+# the report
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    """Write ``data`` to ``path`` as JSON, replacing it in one step."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=1, default=str) + "\n")
+    tmp.replace(path)
+
+
 def write_report(report: dict[str, Any], json_out: Path | None) -> None:
     """Print the report as JSON, and write it to ``json_out`` when given."""
-    text = json.dumps(report, indent=1, default=str)
-    print(text)
+    print(json.dumps(report, indent=1, default=str))
     if json_out:
-        json_out.write_text(text + "\n")
+        write_json(json_out, report)
+        print(f"[bench] report written to {json_out}", flush=True)

@@ -28,9 +28,10 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
 
 GEN_VERSION = 1  # bump when the generated data changes, so stale base tables are rebuilt
 ROWS_PER_FILE = 1_000_000
@@ -47,19 +48,25 @@ LEFT_COLUMNS = ["order_id", "customer_id", "amount", "status", "quantity", "orde
 RIGHT_COLUMNS = ["customer_id", "name", "region", "tier"]
 
 
-def _pick(values: list[str], index_col) -> F.Column:
+def _pick(values: list[str], index_col) -> Column:
+    from pyspark.sql import functions as F
+
     return F.element_at(
         F.array(*[F.lit(v) for v in values]), (F.pmod(index_col, F.lit(len(values))) + 1).cast("int")
     )
 
 
-def _h(col, seed: int) -> F.Column:
+def _h(col, seed: int) -> Column:
     """A deterministic non-negative 63-bit hash of ``col``."""
+    from pyspark.sql import functions as F
+
     return F.pmod(F.xxhash64(col, F.lit(seed)), F.lit(2**62))
 
 
 def customers_df(spark: SparkSession, ids: DataFrame, version_tag: str = "") -> DataFrame:
     """Customer rows for the ``id`` column of ``ids``; ``version_tag`` changes every non-key column."""
+    from pyspark.sql import functions as F
+
     cid = F.col("id")
     salt = sum(ord(c) for c in version_tag)
     return ids.select(
@@ -72,6 +79,8 @@ def customers_df(spark: SparkSession, ids: DataFrame, version_tag: str = "") -> 
 
 def orders_df(ids: DataFrame, right_rows: int) -> DataFrame:
     """Order rows for the ``id`` column of ``ids``; every foreign key is an existing customer."""
+    from pyspark.sql import functions as F
+
     oid = F.col("id")
     return ids.select(
         oid.alias("order_id"),
@@ -182,6 +191,8 @@ def right_split(n: int) -> SplitCounts:
 
 def _spread_keys(spark: SparkSession, count: int, domain: int, batch: int) -> DataFrame:
     """``count`` distinct keys ``k`` in [0, domain), evenly spread, disjoint between batches."""
+    from pyspark.sql import functions as F
+
     if count == 0:
         return spark.range(0).select(F.col("id").alias("j"), F.col("id").alias("k"))
     stride = domain // count
@@ -204,6 +215,7 @@ def _new_customer_base(right_rows: int, batch: int, per_batch: int) -> int:
 def apply_right_changes(spark: SparkSession, path: Path, right_rows: int, n: int, batch: int) -> dict:
     """Right batch as three commits: updates, deletes, inserts. Returns counts and the commit versions."""
     from delta.tables import DeltaTable
+    from pyspark.sql import functions as F
 
     split = right_split(n)
     table = DeltaTable.forPath(spark, str(path))
@@ -270,6 +282,7 @@ def apply_left_changes(
     With ``newest`` (a share, e.g. 0.01), the changed existing orders are the newest ones (the top of
     the key range), as when recent orders are the ones that change; otherwise they spread evenly."""
     from delta.tables import DeltaTable
+    from pyspark.sql import functions as F
 
     split = left_split(n)
     rsplit = right_split(n_right)

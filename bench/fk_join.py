@@ -1,4 +1,3 @@
-#!/usr/bin/env python
 """Benchmark: incremental foreign-key join refresh vs a Spark full recompute.
 
 For each left size (orders) against one right size (customers):
@@ -12,20 +11,20 @@ For each left size (orders) against one right size (customers):
   (e) full recompute again at the same input versions (timed), whose row count must equal the output's
       (``--verify checksum`` also compares an order-independent hash of every row).
 
-The issue's targets: incremental <= 0.2x full recompute at |left| = 10M, and incremental time grows at
-most 1.5x from |left| = 1M to 10M at the same change size. Run it in a fresh process (driver memory
-only applies to a new JVM):
+The targets: incremental <= 0.2x full recompute at |left| = 10M, and incremental time grows at most
+1.5x from |left| = 1M to 10M at the same change size. Run it in a fresh process (driver memory only
+applies to a new JVM), from the repository's root:
 
-    .venv/bin/python bench/bench_fk_join.py --left-rows 1000000,10000000 --right-rows 1000000 \\
-        --change-rows-left 10000 --change-rows-right 1000 --repeat 3 --verify checksum \\
-        --json-out bench/data/results.json
-    .venv/bin/python bench/bench_fk_join.py --quick        # smoke test on small tables
+    python -m bench.fk_join --left-rows 1000000,10000000 --right-rows 1000000 \\
+        --change-rows-left 10000 --change-rows-right 1000 --repeat 3 --verify checksum --trace \\
+        --json-out bench/results/fk_net_changes.json
+    python -m bench.fk_join --quick        # smoke test on small tables
 
 ``--trace`` sets FKJOIN_TRACE=1 and turns the engine's ``FKJOIN_PHASE <name>`` stderr lines into the
 time between markers for each refresh; ``--profile`` runs each incremental refresh under cProfile and
 prints where the driver waited, by engine function; ``--event-log`` has Spark write its event log and
 breaks each timed run_spec down by SQL execution and Delta step, with each step's join strategy.
-Results, the machine and the analysis are in bench/README.md.
+Figures and the machine are in bench/README.md.
 """
 
 from __future__ import annotations
@@ -33,7 +32,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import cProfile
-import io
 import itertools
 import json
 import os
@@ -41,20 +39,27 @@ import platform
 import pstats
 import re
 import shutil
-import statistics
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parent
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(REPO))
+from bench import datagen
+from bench.common import (
+    BENCH_DIR,
+    DATA_DIR,
+    PhaseTee,
+    add_common,
+    command_line,
+    conf_pairs,
+    json_out,
+    median,
+    spark_session,
+    trace_phases,
+    write_json,
+)
 
-import datagen  # noqa: E402
-
+#: The 10M and 50M runs need the larger heap.
 SPARK_CONF = {"spark.driver.memory": "16g", "spark.sql.shuffle.partitions": "8"}
 
 
@@ -68,7 +73,9 @@ def _int_list(text: str) -> list[int]:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter
+        prog="python -m bench.fk_join",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawTextHelpFormatter,
     )
     p.add_argument("--left-rows", type=_int_list, default=None, help="comma list (default 1000000,10000000)")
     p.add_argument("--right-rows", type=int, default=None, help="default 1000000")
@@ -84,17 +91,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=None,
         help="change only the newest share of existing orders (e.g. 0.01); default: spread over all",
     )
-    p.add_argument("--workdir", type=Path, default=REPO / "bench" / "data", help="data folder (gitignored)")
-    p.add_argument(
-        "--repeat", type=int, default=None, help="change batches + refreshes per left size (default 3)"
-    )
-    p.add_argument("--json-out", type=Path, default=None, help="write every measurement here as JSON")
+    add_common(p, DATA_DIR, repeat=None, repeat_help="change batches + refreshes per left size (default 3)")
     p.add_argument(
         "--quick",
         action="store_true",
-        help="smoke test: left 50K,200K; right 20K; 200/20 changes; no warm-up",
+        help="smoke test: left 50K,200K; right 20K; 200/20 changes; no warm-up; report in bench/data/",
     )
-    p.add_argument("--master", default="local[2]")
     p.add_argument(
         "--conf",
         action="append",
@@ -145,61 +147,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.left_rows = sorted(args.left_rows)
     if args.repeat < 1:
         p.error("--repeat must be >= 1")
+    if args.quick and args.json_out is None:
+        args.json_out = DATA_DIR / "fk_join_quick.json"
+    args.json_out = json_out(args.json_out, "fk_join")
     return args
 
 
 # --------------------------------------------------------------------------------------------------------
-# engine access and stderr capture of FKJOIN_PHASE lines
-
-
-def engine_api():
-    """(get_spark, run_spec); run_spec is None while the engine's run_spec does not exist yet."""
-    try:
-        from airflow_provider_fkjoin.engine import get_spark, run_spec
-
-        return get_spark, run_spec
-    except ImportError:
-        from airflow_provider_fkjoin.engine.session import get_spark
-
-        return get_spark, None
-
-
-PHASE_RE = re.compile(r"FKJOIN_PHASE\s+(\S+)(.*)")
-
-
-class PhaseTee(io.TextIOBase):
-    """Wraps sys.stderr: forwards everything, and timestamps each ``FKJOIN_PHASE <name>`` line."""
-
-    def __init__(self, inner):
-        self.inner = inner
-        self.lock = threading.Lock()
-        self.events: list[tuple[float, str, str]] = []
-        self._partial = ""
-
-    def write(self, s):
-        now = time.perf_counter()
-        with self.lock:
-            self._partial += s
-            while "\n" in self._partial:
-                line, self._partial = self._partial.split("\n", 1)
-                m = PHASE_RE.search(line)
-                if m:
-                    self.events.append((now, m.group(1), m.group(2).strip()))
-        return self.inner.write(s)
-
-    def flush(self):
-        return self.inner.flush()
-
-    def fileno(self):
-        return self.inner.fileno()
-
-    def isatty(self):
-        return False
-
-    def take(self) -> list[tuple[float, str, str]]:
-        with self.lock:
-            events, self.events = self.events, []
-        return events
+# the engine's phases and profile
 
 
 def phase_breakdown(events, started: float, ended: float) -> list[dict]:
@@ -401,7 +356,7 @@ class Runner:
         self.log(f"(a) full recompute at v{lv}/v{rv}: {t:.2f}s, {rows0:,} rows")
 
         rec["refreshes"] = []
-        if a.baseline_only or self.run_spec is None:
+        if a.baseline_only:
             for r in range(a.repeat):
                 self._apply_changes(rec, left, right, left_rows, r)
                 lv, rv = datagen.latest_version(left), datagen.latest_version(right)
@@ -516,7 +471,7 @@ def warmup(runner: Runner) -> None:
     datagen._write_new(datagen.customers_df(spark, spark.range(0, 2000, 1, 2)), right)
     datagen._write_new(datagen.orders_df(spark.range(0, 20000, 1, 2), 2000), left)
     full_recompute(spark, left, right, wd / "baseline", 0, 0)
-    if runner.run_spec is not None and not a.baseline_only:
+    if not a.baseline_only:
         spec = make_spec(left, right, wd / "out")
         runner.run_spec(spec, spark=spark)
         datagen.apply_right_changes(spark, right, 2000, 20, 0)
@@ -668,15 +623,11 @@ def machine_info(spark) -> dict:
     with contextlib.suppress(Exception):
         info["git_head"] = (
             subprocess.run(
-                ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+                ["git", "-C", str(BENCH_DIR), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
             ).stdout.strip()
             or None
         )
     return info
-
-
-def median(xs):
-    return statistics.median(xs) if xs else None
 
 
 def summarize(records: list[dict]) -> list[dict]:
@@ -765,34 +716,24 @@ def main(argv: list[str] | None = None) -> int:
     args.workdir = args.workdir.resolve()
     args.workdir.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    tee = None
-    if args.trace:
-        os.environ["FKJOIN_TRACE"] = "1"
-        tee = PhaseTee(sys.stderr)
-        sys.stderr = tee
+    tee = trace_phases() if args.trace else None
 
     from pyspark.sql import SparkSession
+
+    from airflow_provider_fkjoin.engine import run_spec
 
     if SparkSession.getActiveSession() is not None:
         print(
             "[bench] WARNING: reusing an active SparkSession; spark.driver.memory=16g may not apply",
             flush=True,
         )
-    get_spark, run_spec = engine_api()
-    if run_spec is None and not args.baseline_only:
-        print("[bench] engine.run_spec not available yet: running --baseline-only", flush=True)
-        args.baseline_only = True
     t_start = time.perf_counter()
     conf = dict(SPARK_CONF)
     # Spark's scratch space (shuffle, spills, cached blocks) in the bench's own folder, not a shared /tmp
     local_dir = args.workdir / "spark-local"
     local_dir.mkdir(parents=True, exist_ok=True)
     conf["spark.local.dir"] = str(local_dir)
-    for item in args.conf:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise SystemExit(f"--conf {item!r}: expected KEY=VALUE")
-        conf[key.strip()] = value.strip()
+    conf.update(conf_pairs(args.conf))
     if args.event_log:
         log_dir = args.workdir / "eventlog"
         log_dir.mkdir(parents=True, exist_ok=True)
@@ -803,11 +744,11 @@ def main(argv: list[str] | None = None) -> int:
                 "spark.eventLog.compress": "false",
             }
         )
-    spark = get_spark(args.master, conf=conf)
+    spark = spark_session(args.master, conf)
     info = machine_info(spark)
     runner = Runner(args, spark, run_spec, tee)
     runner.log(f"machine: {json.dumps(info)}")
-    command = " ".join([Path(sys.executable).name, *sys.argv]) if argv is None else " ".join(argv)
+    command = command_line("bench.fk_join") if argv is None else " ".join(argv)
     runner.log(
         f"config: left={args.left_rows} right={args.right_rows} changes left={args.change_rows_left} "
         f"right={args.change_rows_right} repeat={args.repeat} workdir={args.workdir}"
@@ -835,7 +776,7 @@ def main(argv: list[str] | None = None) -> int:
         for left_rows in args.left_rows:
             records.append(runner.run_size(left_rows))
             if args.json_out:
-                _write_json(args.json_out, results)
+                write_json(args.json_out, results)
     finally:
         rows = summarize(records)
         results["summary"] = rows
@@ -860,15 +801,8 @@ def main(argv: list[str] | None = None) -> int:
                 results["spark_jobs"] = analyse_event_log(merged, runner.windows)
                 print_job_breakdown(results["spark_jobs"])
         if args.json_out:
-            _write_json(args.json_out, results)
+            write_json(args.json_out, results)
     return 0
-
-
-def _write_json(path: Path, data: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=str))
-    tmp.replace(path)
 
 
 if __name__ == "__main__":

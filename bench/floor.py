@@ -1,50 +1,50 @@
-#!/usr/bin/env python
-"""Probe: the least any Spark-and-Delta incremental refresh of a foreign-key join can cost here.
+"""Benchmark: the least any Spark-and-Delta incremental refresh of a foreign-key join costs here, beside the
+engine's refresh and a full recompute.
 
-An incremental refresh that follows the write-path issue's design must, at the least, read both change
-feeds, scan the left table's foreign keys for the left rows of changed right keys, read the output's
-key column to find the rows to replace, and write the new rows in one Delta commit. This probe does
-exactly those reads and that write with Spark's own Delta reader and writer, nothing else (no duplicate
-checks, no proof, no deletion vectors, no change data), after each batch of input changes, so every
-read meets new table versions as a real refresh does. It runs them two ways:
+An incremental refresh of this design must, at the least, read both change feeds, scan the left table's
+foreign keys for the left rows of changed right keys, read the output's key column to find the rows to
+replace, and write the new rows in one Delta commit. The floor does exactly those reads and that write
+with Spark's own Delta reader and writer, nothing else (no duplicate checks, no proof, no deletion
+vectors, no change data), after each batch of input changes, so every read meets new table versions as
+a real refresh does. It runs them two ways:
 
 * ``separate``: one Spark action per read (feeds, left scan, output keys), then the write;
 * ``one_action``: the same reads as a single action (their counts cross-joined), then the write;
 
 and, in the same session and on the same kind of batch, the engine's own refresh and a full recompute
 (read both tables, join, overwrite). The floor is what the engine's refresh could at best shrink to on
-this machine with this stack; if it is above a target, no redesign of the engine's pipeline meets it.
+this machine with this stack; a target below it is out of reach of any refresh of this design.
 
-    .venv/bin/python bench/floor_probe.py --left-rows 1000000 --right-rows 100000 \\
-        --change-left 10000 --change-right 1000 --repeat 3 --json-out bench/results_floor_1m.json
+    python -m bench.floor --data bench --left-rows 10000000 --right-rows 1000000 --change-left 10000 \\
+        --change-right 1000 --repeat 2 --warmup 1 --left-columns keys \\
+        --json-out bench/results/floor_10m_bench.json
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import shutil
-import statistics
-import sys
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parent
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(HERE))
+from bench.common import (
+    DATA_DIR,
+    add_common,
+    bench_spark,
+    command_line,
+    json_out,
+    median,
+    write_report,
+)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m bench.floor", description=__doc__.split("\n\n")[0])
     p.add_argument("--left-rows", type=int, default=1000)
     p.add_argument("--right-rows", type=int, default=100)
     p.add_argument("--change-left", type=int, default=1, help="left rows updated per batch")
     p.add_argument("--change-right", type=int, default=1, help="right rows updated per batch")
-    p.add_argument("--repeat", type=int, default=3)
+    add_common(p, DATA_DIR / "floor", repeat=3)
     p.add_argument("--warmup", type=int, default=2)
-    p.add_argument("--workdir", type=Path, default=HERE / "data" / "floor")
-    p.add_argument("--master", default="local[2]")
     p.add_argument(
         "--left-columns",
         choices=["all", "keys"],
@@ -56,11 +56,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--data",
         choices=["narrow", "bench"],
         default="narrow",
-        help="narrow: 4-column tables, a one-commit batch per side; bench: bench_fk_join's own tables and "
-        "change batches (datagen.py, inner join), so the figures compare with its recompute",
+        help="narrow: 4-column tables, a one-commit batch per side; bench: bench.fk_join's own tables and "
+        "change batches (bench.datagen, inner join), so the figures compare with its recompute",
     )
-    p.add_argument("--json-out", type=Path, default=None)
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    args.json_out = json_out(args.json_out, "floor")
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -68,12 +69,9 @@ def main(argv: list[str] | None = None) -> int:
     from delta.tables import DeltaTable
     from pyspark.sql import functions as F
 
-    from airflow_provider_fkjoin.engine import get_spark, run_spec
+    from airflow_provider_fkjoin.engine import run_spec
 
-    spark = get_spark(args.master, {"spark.sql.shuffle.partitions": "8", "spark.driver.memory": "8g"})
-    spark.sparkContext.setLogLevel("ERROR")
-    shutil.rmtree(args.workdir, ignore_errors=True)
-    args.workdir.mkdir(parents=True)
+    spark = bench_spark(args)
     props = {"delta.enableChangeDataFeed": "true", "delta.enableDeletionVectors": "true"}
     candidates = ("engine refresh", "floor, separate actions", "floor, one action", "full recompute")
 
@@ -87,10 +85,9 @@ def main(argv: list[str] | None = None) -> int:
     # the one batch it is timed on, and meets table versions no other candidate has read (no warm caches).
     copies = {name: args.workdir / f"c{i}" for i, name in enumerate(candidates)}
     if args.data == "bench":
-        import bench_fk_join
-        import datagen
+        from bench import datagen, fk_join
 
-        base = datagen.ensure_base_tables(spark, HERE / "data", args.left_rows, args.right_rows)
+        base = datagen.ensure_base_tables(spark, DATA_DIR, args.left_rows, args.right_rows)
     for root in copies.values():
         if args.data == "bench":
             datagen.copy_table(base.left, root / "orders")
@@ -127,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
             "output": {"path": p["out"]},
         }
         if args.data == "bench":
-            spec = bench_fk_join.make_spec(Path(p["orders"]), Path(p["customers"]), Path(p["out"]))
+            spec = fk_join.make_spec(Path(p["orders"]), Path(p["customers"]), Path(p["out"]))
         return spec
 
     run_spec(spec_for("engine refresh"), spark=spark)
@@ -145,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         """Batch ``i`` on every copy; returns each copy's versions (orders from, to, customers from, to).
 
         narrow: ``change_left`` orders and ``change_right`` customers updated, spread over the keys, one
-        commit each; bench: ``bench_fk_join``'s batch (datagen: updates, deletes, inserts, FK changes)."""
+        commit each; bench: ``bench.fk_join``'s batch (datagen: updates, deletes, inserts, FK changes)."""
         versions = {}
         for name in candidates:
             p = paths(name)
@@ -265,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def recompute(p: dict[str, str], lf: int, lv: int, rf: int, rv: int) -> dict:
         if args.data == "bench":
-            seconds = bench_fk_join.full_recompute(
+            seconds = fk_join.full_recompute(
                 spark, Path(p["orders"]), Path(p["customers"]), Path(p["out"]), lv, rv
             )
             return {"wall_s": round(seconds, 3)}
@@ -299,21 +296,17 @@ def main(argv: list[str] | None = None) -> int:
             if index >= args.warmup:
                 results[name].append(measured)
     report = {
-        "command": " ".join(sys.argv),
+        "command": command_line("bench.floor"),
         "left_rows": args.left_rows,
         "right_rows": args.right_rows,
         "change_left": args.change_left,
         "change_right": args.change_right,
         "left_columns": args.left_columns,
         "data": args.data,
-        "median_wall_s": {
-            name: statistics.median(r["wall_s"] for r in runs) for name, runs in results.items()
-        },
+        "median_wall_s": {name: median(r["wall_s"] for r in runs) for name, runs in results.items()},
         "runs": results,
     }
-    print(json.dumps(report["median_wall_s"], indent=1))
-    if args.json_out:
-        args.json_out.write_text(json.dumps(report, indent=1) + "\n")
+    write_report(report, args.json_out)
     return 0
 
 

@@ -1,9 +1,8 @@
-#!/usr/bin/env python
-"""Probe: the least a stream-mode windowed-join refresh built to the issue's design can cost here.
+"""Benchmark: the least a stream-mode windowed-join refresh of the engine's design costs here, beside the
+from-scratch band join.
 
-The design (issue 13, reference §1) keeps the join's pending rows in an engine-owned Delta table that is
-committed before the output, and reads the inputs themselves as the window stores. So a refresh must, at
-the least:
+The design keeps the join's pending rows in an engine-owned Delta table that is committed before the
+output, and reads the inputs themselves as the window stores. So a refresh must, at the least:
 
 * read both inputs' change feeds since their consumed versions (the new events);
 * read both inputs at their consumed versions, limited to the retention window (``t >= observed -
@@ -13,37 +12,30 @@ the least:
 * commit the new pending rows (one Delta overwrite of the state table);
 * append the new output rows (one Delta commit).
 
-This probe does exactly that with Spark's own Delta reader and writer, the reads as one action, and
-nothing else (no checks, no ordering, no pairs: the rows written are the new left events), on
-``bench_windowed.py``'s own data and batches. In the same session it times the from-scratch band join
-(the issue's baseline), so ``floor / recompute`` is the best ratio any refresh of this design reaches
-on this machine and stack.
+This does exactly that with Spark's own Delta reader and writer, the reads as one action, and nothing
+else (no checks, no ordering, no pairs: the rows written are the new left events), on
+``bench.windowed``'s own data and batches. In the same session it times the from-scratch band join
+(``bench.windowed``'s baseline), so ``floor / recompute`` is the best ratio any refresh of this design
+reaches on this machine and stack.
 
-    .venv/bin/python bench/floor_probe_windowed.py --events 10000000 --keys 1000000 --repeat 3 \\
-        --json-out bench/results_floor_windowed_10m.json
+    python -m bench.floor_windowed --events 10000000 --keys 1000000 --repeat 3 \\
+        --json-out bench/results/floor_windowed_10m.json
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
-from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parent
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(HERE))
+from bench.common import bench_spark, command_line, parse_with_common, write_report
+from bench.windowed import DAY_MS, HOUR_MS, START_MS, band_join, event_rows
 
-from bench_common import bench_spark, parse_with_common, write_report  # noqa: E402
-from bench_windowed import DAY_MS, HOUR_MS, START_MS, band_join, event_rows  # noqa: E402
-
-RETENTION_MS = HOUR_MS + HOUR_MS + 10 * 60_000  # before + after + grace, as in bench_windowed
+RETENTION_MS = HOUR_MS + HOUR_MS + 10 * 60_000  # before + after + grace, as in bench.windowed
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m bench.floor_windowed", description=__doc__.split("\n\n")[0])
     p.add_argument("--events", type=int, default=1_000_000, help="rows per side")
     p.add_argument("--keys", type=int, default=100_000)
     p.add_argument("--new-share", type=float, default=0.001, help="new events per side per refresh")
@@ -131,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[floor-windowed] round {index + 1}: floor {total}s, recompute {recompute_s}s", flush=True)
     ratios = [r["floor_s"]["total"] / r["recompute_s"] for r in rounds]
     report = {
-        "command": " ".join(sys.argv),
+        "command": command_line("bench.floor_windowed"),
         "events_per_side": args.events,
         "keys": args.keys,
         "new_per_side": new,

@@ -1,4 +1,3 @@
-#!/usr/bin/env python
 """Benchmark: global-table catch-up vs full bootstrap, and incremental stream-table join vs full recompute.
 
 Data from ``datagen`` (deterministic): the stream is the ``orders`` table (append-only events), the
@@ -19,58 +18,48 @@ A warm-up (a tiny bootstrap and join) runs first so no timed step pays for JVM s
 Both incremental results are checked: the global table's row count equals the source's, and the
 join output grew by exactly the number of new events (left join).
 
-    .venv/bin/python bench/bench_global_table.py --stream-rows 10000000 --table-rows 1000000
-    .venv/bin/python bench/bench_global_table.py --quick     # 1M events, 100K rows
+    python -m bench.global_table --stream-rows 10000000 --table-rows 1000000 --repeat 2 \\
+        --json-out bench/results/global_net_changes.json
+    python -m bench.global_table --quick     # 1M events, 100K rows; report in bench/data/
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import shutil
 import sys
-import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parent
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(REPO))
-
-import datagen  # noqa: E402
-
-SPARK_CONF = {"spark.driver.memory": "8g", "spark.sql.shuffle.partitions": "8"}
+from bench import datagen
+from bench.common import (
+    DATA_DIR,
+    add_common,
+    command_line,
+    json_out,
+    median,
+    spark_session,
+    timed,
+    write_report,
+)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m bench.global_table", description=__doc__.split("\n\n")[0])
     p.add_argument("--stream-rows", type=int, default=10_000_000)
     p.add_argument("--table-rows", type=int, default=1_000_000)
     p.add_argument("--fraction", type=float, default=0.001, help="share of rows changed / appended (0.1%%)")
-    p.add_argument("--repeat", type=int, default=1, help="change + refresh cycles")
-    p.add_argument("--workdir", type=Path, default=REPO / "bench" / "data")
-    p.add_argument("--master", default="local[2]")
-    p.add_argument("--json-out", type=Path, default=None)
-    p.add_argument("--quick", action="store_true", help="1M events against 100K rows")
+    add_common(p, DATA_DIR, repeat=1, repeat_help="change + refresh cycles")
+    p.add_argument("--quick", action="store_true", help="1M events against 100K rows; report in bench/data/")
     p.add_argument("--no-warmup", dest="warmup", action="store_false", help="skip the warm-up pass")
     args = p.parse_args(argv)
     if args.quick:
         args.stream_rows, args.table_rows = 1_000_000, 100_000
+        if args.json_out is None:
+            args.json_out = DATA_DIR / "global_table_quick.json"
+    args.json_out = json_out(args.json_out, "global_table")
     return args
-
-
-def timed(fn):
-    start = time.monotonic()
-    value = fn()
-    return time.monotonic() - start, value
-
-
-def median(values: list[float]) -> float:
-    ordered = sorted(values)
-    middle = len(ordered) // 2
-    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
 
 
 def bootstrap_spec(table: Path, glob: Path) -> dict:
@@ -120,13 +109,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from pyspark.sql import functions as F
 
-    from airflow_provider_fkjoin.engine import get_spark, run_spec
+    from airflow_provider_fkjoin.engine import run_spec
 
-    spark = get_spark(args.master, conf=SPARK_CONF)
+    spark = spark_session(args.master)
     if args.warmup:
-        started = time.monotonic()
-        warmup(spark, run_spec, args.workdir)
-        print(f"warm-up: {time.monotonic() - started:.1f}s")
+        secs, _ = timed(lambda: warmup(spark, run_spec, args.workdir))
+        print(f"warm-up: {secs:.1f}s")
     base = datagen.ensure_base_tables(spark, args.workdir, args.stream_rows, args.table_rows)
     run = args.workdir / "gt_run" / f"S{args.stream_rows}_T{args.table_rows}"
     if run.exists():
@@ -139,6 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     boot = bootstrap_spec(table, glob)
     join = join_spec(stream, glob, out)
     results: dict = {
+        "command": command_line("bench.global_table"),
         "stream_rows": args.stream_rows,
         "table_rows": args.table_rows,
         "fraction": args.fraction,
@@ -228,8 +217,7 @@ def main(argv: list[str] | None = None) -> int:
             f"incremental {results['join_incremental_s']}s -> ratio {results['join_ratio']} (target 0.1)"
         )
     results["machine"]["load_avg_end"] = os.getloadavg()
-    if args.json_out:
-        args.json_out.write_text(json.dumps(results, indent=2, default=str))
+    write_report(results, args.json_out)
     return 0
 
 

@@ -1,4 +1,3 @@
-#!/usr/bin/env python
 """Benchmark: a three-input multiway_join (Joinery's business reviews, plus business owners), refresh vs
 recompute.
 
@@ -10,33 +9,34 @@ and times:
 * the engine's incremental refresh (``run_spec``), with the time between its phases, and
 * the from-scratch recompute: the same three-way join of the whole inputs, written as Delta.
 
-Issue 15's targets: refresh <= 0.3x the recompute, and refresh time growing <= 1.5x from 1M to 10M reviews
-(run the script once per scale). Correctness is the test suite's job; figures go to ``bench/README.md``.
+The targets: refresh <= 0.3x the recompute, and refresh time growing <= 1.5x from 1M to 10M reviews
+(run the benchmark once per scale). Correctness is the test suite's job; figures are in
+``bench/README.md``.
 
-    .venv/bin/python bench/bench_multiway.py --reviews 1000000 --json-out bench/results_multiway_1m.json
-    .venv/bin/python bench/bench_multiway.py --reviews 10000000 --json-out bench/results_multiway_10m.json
+    python -m bench.multiway --reviews 1000000 --json-out bench/results/multiway_1m.json
+    python -m bench.multiway --reviews 10000000 --json-out bench/results/multiway_10m.json
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
-from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parent
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(HERE))
-
-from bench_common import bench_spark, parse_with_common, write_report  # noqa: E402
+from bench.common import (
+    bench_spark,
+    command_line,
+    parse_with_common,
+    phases_seen,
+    trace_phases,
+    write_report,
+)
 
 PROPERTIES = {"delta.enableChangeDataFeed": "true", "delta.enableDeletionVectors": "true"}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m bench.multiway", description=__doc__.split("\n\n")[0])
     p.add_argument("--reviews", type=int, default=1_000_000)
     p.add_argument("--changed-share", type=float, default=0.001, help="rows of each input changed per round")
     return parse_with_common(p, "multiway", argv, repeat=3)
@@ -47,8 +47,8 @@ def main(argv: list[str] | None = None) -> int:
     from pyspark.sql import functions as F
 
     from airflow_provider_fkjoin.engine import run_spec
-    from airflow_provider_fkjoin.engine.trace import phase_listener
 
+    tee = trace_phases()
     spark = bench_spark(args)
     paths = {n: str(args.workdir / n) for n in ("review", "business", "owner", "out", "baseline")}
     businesses = max(args.reviews // 10, 1)
@@ -147,9 +147,8 @@ def main(argv: list[str] | None = None) -> int:
             f"UPDATE delta.`{paths['owner']}` SET owner_name = concat(owner_name, '+') "
             f"WHERE pmod(xxhash64(owner_id, {index}), {modulus}) = 0"
         )
-        marks: list[tuple[str, float]] = []
         began = time.perf_counter()
-        with phase_listener(lambda name, marks=marks: marks.append((name, time.perf_counter()))):
+        with phases_seen(tee) as marks:
             result = run_spec(spec, spark=spark)
         ended = time.perf_counter()
         refresh_s = round(ended - began, 2)
@@ -169,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     ratios = [r["refresh_s"] / r["recompute_s"] for r in rounds]
     report = {
-        "command": " ".join(sys.argv),
+        "command": command_line("bench.multiway"),
         "reviews": args.reviews,
         "businesses": businesses,
         "changed_per_round": f"1 in {modulus} of each input",

@@ -1,4 +1,3 @@
-#!/usr/bin/env python
 """Benchmark: the self-join (KIP-862, one read) vs the same join two-sided (``optimize: false``).
 
 One append-only event table of card transactions (``--events`` rows over ``--keys`` cards, spread over
@@ -15,25 +14,26 @@ engine phase, and what Spark's stages read and shuffled (input bytes, shuffle re
 summed over the stages the run completed), which is where one read instead of two must show. Both
 outputs' row counts are printed and must agree (correctness is the test suite's job).
 
-    .venv/bin/python bench/bench_self_join.py --events 10000000 --keys 1000000 --repeat 3 \\
-        --json-out bench/results_self_join_10m.json
+    python -m bench.self_join --events 10000000 --keys 1000000 --repeat 4 \\
+        --json-out bench/results/self_join_10m.json
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parent
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(HERE))
-
-from bench_common import bench_spark, parse_with_common, write_report  # noqa: E402
+from bench.common import (
+    PhaseTee,
+    bench_spark,
+    command_line,
+    parse_with_common,
+    phases_seen,
+    trace_phases,
+    write_report,
+)
 
 DAY_MS = 86_400_000
 START_MS = 1_735_689_600_000  # 2025-01-01
@@ -86,17 +86,17 @@ class StageTotals:
         return totals
 
 
-def timed_run(run_spec, spec: dict[str, Any], spark, totals: StageTotals) -> dict[str, Any]:
+def timed_run(run_spec, spec: dict[str, Any], spark, totals: StageTotals, tee: PhaseTee) -> dict[str, Any]:
     """One refresh: seconds, seconds to each phase, the result's rows, and the stage bytes it added."""
-    from airflow_provider_fkjoin.engine.trace import phase_listener
-
-    marks: dict[str, float] = {}
     before = totals.now()
     began = time.perf_counter()
-    with phase_listener(lambda name: marks.setdefault(name, round(time.perf_counter() - began, 2))):
+    with phases_seen(tee) as seen:
         result = run_spec(spec, spark=spark)
     seconds = round(time.perf_counter() - began, 2)
     after = totals.now()
+    marks: dict[str, float] = {}
+    for name, at in seen:
+        marks.setdefault(name, round(at - began, 2))
     return {
         "seconds": seconds,
         "phases": marks,
@@ -108,7 +108,7 @@ def timed_run(run_spec, spec: dict[str, Any], spark, totals: StageTotals) -> dic
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m bench.self_join", description=__doc__.split("\n\n")[0])
     p.add_argument("--events", type=int, default=1_000_000)
     p.add_argument("--keys", type=int, default=100_000)
     p.add_argument("--span-days", type=float, default=1.0, help="the days the events cover")
@@ -124,6 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from airflow_provider_fkjoin.engine import run_spec
 
+    tee = trace_phases()
     spark = bench_spark(args, {"spark.ui.retainedStages": "100000", "spark.ui.retainedJobs": "100000"})
     totals = StageTotals(spark)
     # Each join reads its own copy of the same rows: the first refresh after an append pays for loading
@@ -189,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
             ).mode("append").save(str(warm))
         for spec in warm_specs:
             run_spec(spec, spark=spark)
-    first = {name: timed_run(run_spec, spec, spark, totals) for name, spec in specs.items()}
+    first = {name: timed_run(run_spec, spec, spark, totals, tee) for name, spec in specs.items()}
     for name, run in first.items():
         print(f"[self_join] first run {name}: {run}", flush=True)
     if first["self_join"]["pairs"] != first["two_sided"]["pairs"]:
@@ -204,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
             )
         )
         order = list(specs) if index % 2 == 0 else list(reversed(specs))
-        runs = {name: timed_run(run_spec, specs[name], spark, totals) for name in order}
+        runs = {name: timed_run(run_spec, specs[name], spark, totals, tee) for name in order}
         if runs["self_join"]["pairs"] != runs["two_sided"]["pairs"]:
             raise SystemExit(f"round {index + 1}: the two joins disagree on the pair count")
         rounds.append(runs)
@@ -215,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     speedups = [_ratio(r["self_join"]["seconds"], r["two_sided"]["seconds"]) for r in rounds]
     report = {
-        "command": " ".join(sys.argv),
+        "command": command_line("bench.self_join"),
         "events": args.events,
         "keys": args.keys,
         "span_days": args.span_days,

@@ -1,4 +1,3 @@
-#!/usr/bin/env python
 """Benchmark: a stream-mode windowed join's incremental refresh vs a from-scratch band join.
 
 Two append-only event tables (``impressions`` left, ``clicks`` right), ``--events`` rows each, spread
@@ -12,26 +11,28 @@ and times:
   written as a Delta table, as a from-scratch recompute would.
 
 Every refresh's appended row count is printed; correctness is the test suite's job (a record-by-record
-model). Figures go to ``bench/README.md``.
+model). Figures are in ``bench/README.md``.
 
-    .venv/bin/python bench/bench_windowed.py --events 1000000 --repeat 2 \\
-        --json-out bench/results_windowed_1m.json
+    python -m bench.windowed --events 1000000 --repeat 2 --json-out bench/results/windowed_1m.json
+    python -m bench.windowed --events 10000000 --keys 1000000 --repeat 2 \\
+        --json-out bench/results/windowed_10m.json
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parent
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(HERE))
-
-from bench_common import bench_spark, parse_with_common, write_report  # noqa: E402
+from bench.common import (
+    bench_spark,
+    command_line,
+    describe_execution,
+    parse_with_common,
+    settled_executions,
+    write_report,
+)
 
 DAY_MS = 86_400_000
 HOUR_MS = 3_600_000
@@ -83,7 +84,7 @@ def band_join(spark, left, right, baseline) -> float:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m bench.windowed", description=__doc__.split("\n\n")[0])
     p.add_argument("--events", type=int, default=1_000_000, help="rows per side")
     p.add_argument("--keys", type=int, default=100_000)
     p.add_argument("--new-share", type=float, default=0.001, help="new events per side per refresh")
@@ -95,8 +96,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    from fixed_cost_probe import _describe as describe
-
     from airflow_provider_fkjoin.engine import run_spec
 
     spark = bench_spark(args)
@@ -132,13 +131,8 @@ def main(argv: list[str] | None = None) -> int:
     def recompute() -> float:
         return band_join(spark, left, right, baseline)
 
-    store = spark._jsparkSession.sharedState().statusStore()  # type: ignore[attr-defined]
-    context = spark.sparkContext._jsc.sc()  # type: ignore[attr-defined]
-
     def executions_since(last: int) -> list:
-        context.listenerBus().waitUntilEmpty()
-        listed = store.executionsList()
-        return [e for e in (listed.apply(i) for i in range(listed.size())) if int(e.executionId()) > last]
+        return [e for e in settled_executions(spark)[1] if int(e.executionId()) > last]
 
     new = max(int(args.events * args.new_share), 1)
     rounds = []
@@ -151,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         began, began_ms = time.perf_counter(), time.time() * 1000
         result = run_spec(spec, spark=spark)
         refresh_s = round(time.perf_counter() - began, 2)
-        listed = [describe(e, began_ms) for e in executions_since(last)] if args.executions else []
+        listed = [describe_execution(e, began_ms) for e in executions_since(last)] if args.executions else []
         recompute_s = recompute()
         rounds.append(
             {"refresh_s": refresh_s, "recompute_s": recompute_s, "rows": result["rows"], "executions": listed}
@@ -161,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[windowed] round {index + 1}: refresh {refresh_s}s, recompute {recompute_s}s", flush=True)
     ratios = [r["refresh_s"] / r["recompute_s"] for r in rounds]
     report = {
-        "command": " ".join(sys.argv),
+        "command": command_line("bench.windowed"),
         "events_per_side": args.events,
         "keys": args.keys,
         "new_per_side": new,

@@ -1,4 +1,3 @@
-#!/usr/bin/env python
 """Benchmark: a table-mode windowed join (a windowed table vs itself a week earlier), refresh vs recompute.
 
 One windowed table ``errors_per_min`` (one row per service and one-minute window, as a windowed
@@ -11,33 +10,26 @@ spread over the whole table (late updates of old windows, the hard case for a la
 * the from-scratch recompute: the same left join of the whole table with its shifted self, written as
   Delta.
 
-Correctness is the test suite's job (a from-scratch oracle at every refresh); figures go to
+Correctness is the test suite's job (a from-scratch oracle at every refresh); figures are in
 ``bench/README.md``.
 
-    .venv/bin/python bench/bench_windowed_table.py --repeat 3 --json-out bench/results_windowed_table_1m.json
+    python -m bench.windowed_table --repeat 3 --json-out bench/results/windowed_table_1m.json
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
-from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parent
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(HERE))
-
-from bench_common import bench_spark, parse_with_common, write_report  # noqa: E402
+from bench.common import bench_spark, command_line, parse_with_common, write_report
 
 MINUTE_S = 60
 START_S = 1_735_689_600  # 2025-01-01
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m bench.windowed_table", description=__doc__.split("\n\n")[0])
     p.add_argument("--services", type=int, default=50)
     p.add_argument("--days", type=int, default=14, help="minutes of windows per service (x 1,440)")
     p.add_argument("--changed-share", type=float, default=0.001, help="rows corrected per round")
@@ -124,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[windowed-table] round {index + 1}: refresh {refresh_s}s, recompute {recompute_s}s {counts}")
     ratios = [r["refresh_s"] / r["recompute_s"] for r in rounds]
     report = {
-        "command": " ".join(sys.argv),
+        "command": command_line("bench.windowed_table"),
         "rows": rows,
         "changed_per_round": f"1 in {modulus}",
         "generate_s": generate_s,

@@ -1,4 +1,4 @@
-"""The benchmark's DAGs (``bench/bench_airflow_modes.py``).
+"""The DAGs of ``python -m bench.airflow_modes``.
 
 ``fkjoin_bench_modes``: one foreign-key join task whose connection and noop check are DAG params, so one
 task runs through spark-submit, Spark Connect or the no-JVM check::
