@@ -110,7 +110,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         label = "warm-up" if index < args.warmup else "timed"
         print(
-            f"[fixed_cost] refresh #{index + 1} ({label}): {wall}s {refreshes[-1]['spark_jobs']} jobs", flush=True
+            f"[fixed_cost] refresh #{index + 1} ({label}): {wall}s {refreshes[-1]['spark_jobs']} jobs",
+            flush=True,
         )
     warmups = [r["wall_s"] for r in refreshes[: args.warmup]]
     refreshes = refreshes[args.warmup :]

@@ -11,8 +11,8 @@ For each left size (orders) against one right size (customers):
   (e) full recompute again at the same input versions (timed), whose row count must equal the output's
       (``--verify checksum`` also compares an order-independent hash of every row).
 
-The targets: incremental <= 0.2x full recompute at |left| = 10M, and incremental time grows at most
-1.5x from |left| = 1M to 10M at the same change size. Run it in a fresh process (driver memory only
+The report's ``targets`` compare the largest size's incremental / full ratio with 0.2x and its growth
+from the smallest size (same change size) with 1.5x. Run it in a fresh process (driver memory only
 applies to a new JVM), from the repository's root:
 
     python -m bench.fk_join --left-rows 1000000,10000000 --right-rows 1000000 \\
