@@ -13,8 +13,8 @@ import pytest
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from airflow_provider_fkjoin.engine.errors import InputDataError, SpecError
-from airflow_provider_fkjoin.engine.expressions import (
+from airflow_provider_fkjoin.engine.core.errors import InputDataError, SpecError
+from airflow_provider_fkjoin.engine.runtime.expressions import (
     CONSTRUCTS,
     _text_construct,
     check_expressions,
@@ -25,10 +25,10 @@ from airflow_provider_fkjoin.engine.expressions import (
     row_errors,
     schema_probe,
 )
-from airflow_provider_fkjoin.engine.expressions import (
+from airflow_provider_fkjoin.engine.runtime.expressions import (
     _registries as _function_classes_cache,
 )
-from airflow_provider_fkjoin.engine.internals import analysed_node_classes
+from airflow_provider_fkjoin.engine.runtime.internals import analysed_node_classes
 
 LEFT_SCHEMA = "id INT, s STRING, z INT, d DATE, ts TIMESTAMP, xs ARRAY<INT>"
 RIGHT_SCHEMA = "id INT, v STRING, m MAP<STRING, INT>"

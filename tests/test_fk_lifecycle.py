@@ -20,7 +20,7 @@ from airflow_provider_fkjoin.engine import (
     refresh_status,
     run_spec,
 )
-from airflow_provider_fkjoin.engine.trace import phase_listener
+from airflow_provider_fkjoin.engine.core.trace import phase_listener
 
 
 def version_of(spark, path: Path) -> int:

@@ -37,7 +37,7 @@ from helpers import (
 from pyspark.sql import SparkSession
 
 from airflow_provider_fkjoin.engine import SpecError, run_spec
-from airflow_provider_fkjoin.engine.errors import InputDataError
+from airflow_provider_fkjoin.engine.core.errors import InputDataError
 
 ORDERS = "order_id INT, customer_id STRING, amount INT"
 CUSTOMERS = "customer_id STRING, name STRING, tier STRING"

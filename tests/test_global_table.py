@@ -12,7 +12,7 @@ from delta.tables import DeltaTable
 from helpers import create_table, delete_keys, read_rows, upsert
 
 from airflow_provider_fkjoin.engine import SpecError, refresh_status, run_spec
-from airflow_provider_fkjoin.engine.trace import phase_listener
+from airflow_provider_fkjoin.engine.core.trace import phase_listener
 
 PRODUCTS = "product_id long, name string, price double"
 

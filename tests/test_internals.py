@@ -9,7 +9,7 @@ from pathlib import Path
 import deltalake
 import pytest
 
-from airflow_provider_fkjoin.engine import internals
+from airflow_provider_fkjoin.engine.runtime import internals
 
 
 def test_runtime_is_a_tested_version(spark) -> None:
@@ -60,7 +60,7 @@ def test_transaction_versions_read_from_the_log_match_deltalake(spark, warehouse
 
 
 def test_path_has_files(spark, warehouse: Path) -> None:
-    from airflow_provider_fkjoin.engine.tables import path_has_files
+    from airflow_provider_fkjoin.engine.delta.tables import path_has_files
 
     empty, full = warehouse / "empty", warehouse / "full"
     empty.mkdir()

@@ -7,7 +7,7 @@ import datetime as dt
 import pytest
 from pyspark.sql import types as T
 
-from airflow_provider_fkjoin.engine import merge
+from airflow_provider_fkjoin.engine.write import merge
 
 
 def _source(spark, key_type: T.DataType, keys: list) -> object:

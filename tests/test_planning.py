@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from airflow_provider_fkjoin.engine.commit_log import (
+from airflow_provider_fkjoin.engine.core.planning import InputState, plan_refresh
+from airflow_provider_fkjoin.engine.core.progress import (
     InputProgress,
     new_progress_metadata,
     parse_progress,
     transaction_app_id,
 )
-from airflow_provider_fkjoin.engine.planning import InputState, plan_refresh
 
 FP = "abc123"
 

@@ -26,10 +26,10 @@ from airflow_provider_fkjoin.engine import (
     run_spec,
 )
 from airflow_provider_fkjoin.engine import commit_log as commit_log_module
-from airflow_provider_fkjoin.engine.changes import FeedUnavailable, feed_errors
-from airflow_provider_fkjoin.engine.errors import FullRebuildRefusedError
-from airflow_provider_fkjoin.engine.spec import TableRef
-from airflow_provider_fkjoin.engine.tables import DeltaHandle
+from airflow_provider_fkjoin.engine.core.errors import FullRebuildRefusedError
+from airflow_provider_fkjoin.engine.core.spec import TableRef
+from airflow_provider_fkjoin.engine.delta.changes import FeedUnavailable, feed_errors
+from airflow_provider_fkjoin.engine.delta.tables import DeltaHandle
 
 ORDER_ROWS = [(1, 10, 5.0), (2, 10, 7.5), (3, 20, 1.0), (4, None, 2.0)]
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_fkjoin.engine.session import DELTA_MAVEN_COORDINATE, parse_conf, session_conf
+from airflow_provider_fkjoin.engine.runtime.session import DELTA_MAVEN_COORDINATE, parse_conf, session_conf
 
 
 def test_defaults_suit_a_small_machine(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -53,7 +53,7 @@ def test_parse_conf_forms() -> None:
 def test_the_connect_servers_exact_argv(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """What ``fkjoin connect-server`` execs: pyspark's Connect server class with Delta's jars, the
     engine's settings, the address to listen on, and the caller's conf last."""
-    from airflow_provider_fkjoin.engine.session import ENGINE_LOG4J, connect_server_argv
+    from airflow_provider_fkjoin.engine.runtime.session import ENGINE_LOG4J, connect_server_argv
 
     (tmp_path / "delta-spark.jar").write_text("")
     monkeypatch.setenv("FKJOIN_DELTA_JARS", str(tmp_path))
@@ -89,7 +89,7 @@ def test_the_connect_servers_exact_argv(monkeypatch: pytest.MonkeyPatch, tmp_pat
 
 
 def test_delta_jar_version_is_named_once_and_fits_the_pinned_package():
-    """The jar the engine asks Maven for is the one setup fetches, and belongs to the installed delta-spark."""
+    """The jar the engine asks Maven for is the one setup fetches, and fits the installed delta-spark."""
     import re
     from importlib.metadata import version
     from pathlib import Path

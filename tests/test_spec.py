@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_fkjoin.engine.errors import SpecError
-from airflow_provider_fkjoin.engine.spec import ForeignKeyExpr, load_spec, spec_fingerprint
+from airflow_provider_fkjoin.engine.core.errors import SpecError
+from airflow_provider_fkjoin.engine.core.spec import ForeignKeyExpr, load_spec, spec_fingerprint
 
 
 def fk_spec(**overrides: object) -> dict:

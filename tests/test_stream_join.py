@@ -19,9 +19,9 @@ from airflow_provider_fkjoin.engine import (
     refresh_status,
     run_spec,
 )
-from airflow_provider_fkjoin.engine.spec import load_spec
-from airflow_provider_fkjoin.engine.stream_join import LookupTable, lookup_join, resolve_shape
-from airflow_provider_fkjoin.engine.tables import DeltaHandle
+from airflow_provider_fkjoin.engine.core.spec import load_spec
+from airflow_provider_fkjoin.engine.delta.tables import DeltaHandle
+from airflow_provider_fkjoin.engine.kinds.stream_join import LookupTable, lookup_join, resolve_shape
 
 ORDERS = "order_id long, product_id long, qty int"
 PRODUCTS = "product_id long, name string"

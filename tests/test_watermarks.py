@@ -1,4 +1,4 @@
-"""No-JVM progress helpers (``engine.watermarks``): versions and refresh commits read with ``deltalake``.
+"""No-JVM progress helpers (``engine.logs.watermarks``): versions and refresh commits read with ``deltalake``.
 
 Tables are written with ``deltalake`` itself (no Spark), plus one real refresh commit from the engine
 for ``progress``/``consumed_version``/``refresh_result_from_commit``."""
@@ -20,7 +20,7 @@ from airflow_provider_fkjoin.engine import (
     refresh_result_from_commit,
     run_spec,
 )
-from airflow_provider_fkjoin.engine.watermarks import parse_commit_metadata
+from airflow_provider_fkjoin.engine.logs.watermarks import parse_commit_metadata
 
 
 def _write(path: Path, rows: list[int], metadata: str | None = None) -> None:

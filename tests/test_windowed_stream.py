@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 from windowed_model import Event, StreamJoinModel
 
 from airflow_provider_fkjoin.engine import InputDataError, SpecError, run_spec
-from airflow_provider_fkjoin.engine.errors import FullRebuildRefusedError
-from airflow_provider_fkjoin.engine.trace import phase_listener
+from airflow_provider_fkjoin.engine.core.errors import FullRebuildRefusedError
+from airflow_provider_fkjoin.engine.core.trace import phase_listener
 
 EVENTS = "k string, t long, seq int, v string"
 COLUMNS = {"k": "coalesce(l.k, r.k)", "lv": "l.v", "rv": "r.v"}

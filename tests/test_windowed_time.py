@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from airflow_provider_fkjoin.engine.windowed_stream import epoch_ms, time_at_least
+from airflow_provider_fkjoin.engine.kinds.windowed.stream import epoch_ms, time_at_least
 
 UTC = dt.UTC
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=UTC)

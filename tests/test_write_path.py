@@ -1,4 +1,4 @@
-"""The net-change write path (:mod:`airflow_provider_fkjoin.engine.change_writer`): one real-operation
+"""The net-change write path (:mod:`airflow_provider_fkjoin.engine.write.net_changes`): one real-operation
 commit per refresh, Delta's conflict detection kept, MERGE when the path cannot prove itself right, and
 compaction that keeps deletion vectors and small files from piling up.
 
@@ -18,10 +18,10 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from airflow_provider_fkjoin.engine import ConcurrentRefreshError, change_writer, run_spec
-from airflow_provider_fkjoin.engine.change_writer import MergeRequired, commit_net_changes, net_changes
-from airflow_provider_fkjoin.engine.spec import TableRef
-from airflow_provider_fkjoin.engine.tables import DeltaHandle
-from airflow_provider_fkjoin.engine.trace import phase_listener
+from airflow_provider_fkjoin.engine.core.spec import TableRef
+from airflow_provider_fkjoin.engine.core.trace import phase_listener
+from airflow_provider_fkjoin.engine.delta.tables import DeltaHandle
+from airflow_provider_fkjoin.engine.write.net_changes import MergeRequired, commit_net_changes, net_changes
 
 ORDER_ROWS = [(1, 10, 5.0), (2, 10, 7.0), (3, 20, 9.0), (4, 30, 1.0)]
 CUSTOMER_ROWS = [(10, "ann"), (20, "bob"), (30, "cy")]
@@ -234,8 +234,8 @@ def test_a_concurrent_refresh_that_changed_nothing_still_fails_the_other(spark, 
     """Two runs of the same refresh (same seq): the first commits no data change (only its progress),
     so no file conflicts with the second, which still must not commit the same seq again. The
     transaction reads the refresh's ``txnVersion``, so Delta fails the second commit cleanly."""
-    from airflow_provider_fkjoin.engine import internals
-    from airflow_provider_fkjoin.engine.commit_log import read_output_log
+    from airflow_provider_fkjoin.engine.core.progress import read_output_log
+    from airflow_provider_fkjoin.engine.runtime import internals
 
     spec, out = tables["spec"], tables["out"]
     run_spec(spec, spark=spark)

@@ -15,16 +15,15 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-from .errors import (
+from .core.errors import (
     ConcurrentRefreshError,
     FkJoinError,
     InputDataError,
     SpecError,
     TableNotBootstrappedError,
 )
-from .locations import TABLE_SCHEMES, location_identity, normalise_location
-from .packaging import DELTA_JAR_VERSION, DELTA_MAVEN_COORDINATE, ENGINE_LOG4J, delta_jars
-from .protocol import (
+from .core.locations import TABLE_SCHEMES, location_identity, normalise_location
+from .core.protocol import (
     APP_INFO_PREFIX,
     ERROR_PREFIX,
     EXIT_AUDIT_DIFFERS,
@@ -35,7 +34,7 @@ from .protocol import (
     EXIT_RETRY,
     PHASE_MARKER,
 )
-from .watermarks import (
+from .logs.watermarks import (
     TableMissingError,
     consumed_input,
     consumed_version,
@@ -46,20 +45,21 @@ from .watermarks import (
     refresh_result_from_commit,
     table_snapshot,
 )
+from .runtime.packaging import DELTA_JAR_VERSION, DELTA_MAVEN_COORDINATE, ENGINE_LOG4J, delta_jars
 
 if TYPE_CHECKING:
+    from .core.spec import WRITE_PATHS, as_self_join, load_spec
     from .runner import refresh_status, run_spec
-    from .session import DEFAULT_CONF, connect_server_argv, get_spark, is_connect
-    from .spec import WRITE_PATHS, as_self_join, load_spec
+    from .runtime.session import DEFAULT_CONF, connect_server_argv, get_spark, is_connect
 
 _LAZY = {
-    "DEFAULT_CONF": ".session",
-    "WRITE_PATHS": ".spec",
-    "as_self_join": ".spec",
-    "connect_server_argv": ".session",
-    "get_spark": ".session",
-    "is_connect": ".session",
-    "load_spec": ".spec",
+    "DEFAULT_CONF": ".runtime.session",
+    "WRITE_PATHS": ".core.spec",
+    "as_self_join": ".core.spec",
+    "connect_server_argv": ".runtime.session",
+    "get_spark": ".runtime.session",
+    "is_connect": ".runtime.session",
+    "load_spec": ".core.spec",
     "refresh_status": ".runner",
     "run_spec": ".runner",
 }

@@ -23,11 +23,12 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from . import fk_join, global_table, multiway_join, windowed_table
-from .commit_log import read_progress
-from .errors import SpecError
-from .spec import quote
-from .tables import DeltaHandle, TableState, values_equal
+from .core.errors import SpecError
+from .core.progress import read_progress
+from .core.spec import quote
+from .delta.tables import DeltaHandle, TableState, values_equal
+from .kinds import fk_join, global_table, multiway_join
+from .kinds.windowed import table as windowed_table
 
 Expected = Callable[[Any, SparkSession, dict[str, TableState]], tuple[DataFrame, list[str], list[str]]]
 

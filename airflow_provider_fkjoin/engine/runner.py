@@ -9,21 +9,21 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from .audit import audit_output
-from .commit_log import read_progress
-from .errors import SpecError
-from .expressions import row_errors
-from .fk_join import run_foreign_key_join
-from .global_table import run_global_table_bootstrap
-from .merge import RunOptions
-from .multiway_join import run_multiway_join
-from .ownership import check_ownership
-from .self_join import run_self_join
-from .session import get_spark
-from .spec import WRITE_PATHS, AnySpec, load_spec, spec_expressions, spec_fingerprint
-from .stream_join import run_stream_table_join
-from .tables import DeltaHandle
-from .windowed_stream import run_windowed_stream_join
-from .windowed_table import run_windowed_table_join
+from .core.errors import SpecError
+from .core.progress import read_progress
+from .core.spec import WRITE_PATHS, AnySpec, load_spec, spec_expressions, spec_fingerprint
+from .delta.ownership import check_ownership
+from .delta.tables import DeltaHandle
+from .kinds.fk_join import run_foreign_key_join
+from .kinds.global_table import run_global_table_bootstrap
+from .kinds.multiway_join import run_multiway_join
+from .kinds.stream_join import run_stream_table_join
+from .kinds.windowed.self_join import run_self_join
+from .kinds.windowed.stream import run_windowed_stream_join
+from .kinds.windowed.table import run_windowed_table_join
+from .runtime.expressions import row_errors
+from .runtime.session import get_spark
+from .write.merge import RunOptions
 
 _RUNNERS: dict[str, Callable[[Any, SparkSession, RunOptions], dict[str, Any]]] = {
     "foreign_key_join": run_foreign_key_join,

@@ -30,7 +30,7 @@ from pydantic_core import PydanticUndefined
 
 try:
     # The one import of the spec models. If the module moves, change this line only.
-    from airflow_provider_fkjoin.engine.spec import AnySpec
+    from airflow_provider_fkjoin.engine.core.spec import AnySpec
 except ImportError as error:  # pragma: no cover - exercised by a broken install
     raise PluginError(f"spec reference: cannot import the spec models: {error}") from error
 

@@ -21,7 +21,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from airflow_provider_fkjoin.engine.watermarks import progress
+from airflow_provider_fkjoin.engine.logs.watermarks import progress
 
 # Spark and Airflow start several JVMs and interpreters per DAG run: allow for a busy machine.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]

@@ -31,7 +31,7 @@ from airflow_provider_fkjoin.hooks.fkjoin import (
 from airflow_provider_fkjoin.jobs import FKJOIN_JOB_FILE
 
 ENGINE = Path(__file__).resolve().parents[2] / "airflow_provider_fkjoin" / "engine"
-LOG4J = f"-Dlog4j.configurationFile=file:{ENGINE / 'log4j2.properties'}"
+LOG4J = f"-Dlog4j.configurationFile=file:{ENGINE / 'runtime' / 'log4j2.properties'}"
 SPEC = {
     "kind": "foreign_key_join",
     "left": {"path": "/w/orders", "key": ["order_id"]},
@@ -615,7 +615,7 @@ def _refreshed_output(tmp_path: Path) -> dict:
     now, recorded as the engine records it (fingerprint, table ids, versions)."""
     import deltalake
 
-    from airflow_provider_fkjoin.engine.spec import load_spec, spec_fingerprint
+    from airflow_provider_fkjoin.engine.core.spec import load_spec, spec_fingerprint
 
     orders, customers, output = tmp_path / "orders", tmp_path / "customers", tmp_path / "out"
     write_table(orders, [1])

@@ -52,7 +52,7 @@ print(json.dumps({{
 
 def _refreshed(tmp_path: Path) -> dict:
     """Operator arguments for a join whose output recorded a refresh at the inputs' current versions."""
-    from airflow_provider_fkjoin.engine.spec import load_spec, spec_fingerprint
+    from airflow_provider_fkjoin.engine.core.spec import load_spec, spec_fingerprint
 
     orders, customers, output = tmp_path / "orders", tmp_path / "customers", tmp_path / "out"
     write_table(orders, [1])

@@ -66,13 +66,13 @@ def check_versions(spark: SparkSession) -> None:
     spark_version = ".".join(spark.version.split(".")[:2])
     if spark_version not in TESTED_SPARK:
         raise UnsupportedRuntimeError(
-            f"Spark {spark.version} is not supported by airflow_provider_fkjoin.engine.internals "
+            f"Spark {spark.version} is not supported by airflow_provider_fkjoin.engine.runtime.internals "
             f"(tested: {', '.join(TESTED_SPARK)}); pin pyspark to a tested version"
         )
     delta_version = _delta_version(spark)
     if delta_version is not None and ".".join(delta_version.split(".")[:2]) not in TESTED_DELTA:
         raise UnsupportedRuntimeError(
-            f"Delta {delta_version} is not supported by airflow_provider_fkjoin.engine.internals "
+            f"Delta {delta_version} is not supported by airflow_provider_fkjoin.engine.runtime.internals "
             f"(tested: {', '.join(TESTED_DELTA)}); use Delta's jars of a tested version"
         )
     _checked.add(id(spark))

@@ -30,9 +30,11 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from . import changelog as cl
-from .change_writer import NetChanges, net_changes
-from .changes import (
+from ..core.planning import InputState, RebuildRequired, RefreshPlan, schema_columns
+from ..core.spec import GlobalTableBootstrapSpec, SourceRef, quote
+from ..core.trace import phase
+from ..delta import changelog as cl
+from ..delta.changes import (
     FeedUnavailable,
     changed_keys,
     check_keys,
@@ -40,7 +42,15 @@ from .changes import (
     maybe_broadcast,
     read_feed,
 )
-from .merge import (
+from ..delta.tables import (
+    DeltaHandle,
+    TableState,
+    input_frame,
+    key_is_null,
+    require_columns,
+    table_size_bytes,
+)
+from ..write.merge import (
     PRESENT,
     Commit,
     CommitRequest,
@@ -50,10 +60,7 @@ from .merge import (
     merge_output,
     write_full_output,
 )
-from .planning import InputState, RebuildRequired, RefreshPlan, schema_columns
-from .spec import GlobalTableBootstrapSpec, SourceRef, quote
-from .tables import DeltaHandle, TableState, input_frame, key_is_null, require_columns, table_size_bytes
-from .trace import phase
+from ..write.net_changes import NetChanges, net_changes
 
 SIDE = "source"
 

@@ -31,14 +31,14 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from . import internals
-from .changes import maybe_broadcast
-from .commit_log import metadata_settings, session_settings, with_row_counts, without_commit_metadata
-from .errors import ConcurrentRefreshError
-from .planning import RebuildRequired
-from .spec import quote
-from .tables import DeltaHandle, values_equal
-from .trace import phase
+from ..core.errors import ConcurrentRefreshError
+from ..core.planning import RebuildRequired
+from ..core.progress import metadata_settings, session_settings, with_row_counts, without_commit_metadata
+from ..core.spec import quote
+from ..core.trace import phase
+from ..delta.changes import maybe_broadcast
+from ..delta.tables import DeltaHandle, values_equal
+from ..runtime import internals
 
 #: Compaction thresholds: a refresh compacts its output when ``COMPACT_SMALL_FILES`` files are small
 #: (under ``SMALL_FILE_BYTES`` and under ``SMALL_FILE_SHARE`` of the table's mean file size: each refresh

@@ -28,12 +28,15 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from . import changelog as cl
-from .change_writer import NetChanges, net_changes
-from .changes import ChangedKeys, changed_keys, check_keys, feed_errors, maybe_broadcast
-from .errors import SpecError
-from .expressions import check_expressions, schema_probe
-from .merge import (
+from ..core.errors import SpecError
+from ..core.planning import InputState, RebuildRequired, RefreshPlan, schema_columns
+from ..core.spec import ForeignKeyJoinSpec, SourceRef, quote
+from ..core.trace import phase
+from ..delta import changelog as cl
+from ..delta.changes import ChangedKeys, changed_keys, check_keys, feed_errors, maybe_broadcast
+from ..delta.tables import DeltaHandle, TableState, analysed, input_frame, key_is_null, require_columns
+from ..runtime.expressions import check_expressions, schema_probe
+from ..write.merge import (
     PRESENT,
     Commit,
     CommitRequest,
@@ -43,10 +46,7 @@ from .merge import (
     merge_output,
     write_full_output,
 )
-from .planning import InputState, RebuildRequired, RefreshPlan, schema_columns
-from .spec import ForeignKeyJoinSpec, SourceRef, quote
-from .tables import DeltaHandle, TableState, analysed, input_frame, key_is_null, require_columns
-from .trace import phase
+from ..write.net_changes import NetChanges, net_changes
 
 FK_PREFIX = "_fkjoin_fk"
 LEFT_CHANGED = "_fkjoin_lchg"

@@ -23,11 +23,11 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import deltalake
 from deltalake.exceptions import TableNotFoundError
 
-from .errors import FkJoinError
-from .locations import location_identity, normalise_location
+from ..core.errors import FkJoinError
+from ..core.locations import location_identity, normalise_location
 
 if TYPE_CHECKING:
-    from .commit_log import HistoryScan
+    from ..core.progress import HistoryScan
 
 METADATA_KEY = "fkjoin"
 HISTORY_SCAN = 200
@@ -88,8 +88,8 @@ def scan_output_log(table: deltalake.DeltaTable, location: str) -> HistoryScan:
     """The engine's :func:`.commit_log.scan_history` over an output's log read with ``deltalake``: the
     newest :data:`NOOP_CHECK_WINDOW` commits first, the engine's whole scan window only when those hold
     no refresh (so a busy output costs one small read, as the newest commit is usually the refresh's)."""
-    from .commit_log import HISTORY_SCAN as ENGINE_SCAN
-    from .commit_log import scan_history
+    from ..core.progress import HISTORY_SCAN as ENGINE_SCAN
+    from ..core.progress import scan_history
 
     entries = [_history_entry(entry) for entry in table.history(NOOP_CHECK_WINDOW)]
     scan = scan_history(entries, location)
@@ -113,9 +113,9 @@ def noop_result(spec: Any, storage_options: dict[str, str] | None = None) -> dic
     >>> noop_result({"kind": "foreign_key_join", ...})["mode"]
     'noop'
     """
-    from .owners import OWNER_PROPERTY, owner_verdict, spec_owner
-    from .planning import InputState, plan_refresh, refresh_result
-    from .spec import load_spec, spec_field_hashes, spec_fingerprint
+    from ..core.owners import OWNER_PROPERTY, owner_verdict, spec_owner
+    from ..core.planning import InputState, plan_refresh, refresh_result
+    from ..core.spec import load_spec, spec_field_hashes, spec_fingerprint
 
     started = time.monotonic()
     loaded = load_spec(spec)

@@ -16,9 +16,9 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from .errors import FkJoinError, InputDataError
-from .planning import RebuildRequired, cdf_unavailable_reason
-from .spec import quote
+from ..core.errors import FkJoinError, InputDataError
+from ..core.planning import RebuildRequired, cdf_unavailable_reason
+from ..core.spec import quote
 from .tables import LIVE_CHANGE_TYPES, DeltaHandle, key_is_null
 
 BROADCAST_LIMIT_ROWS = 2_000_000

@@ -24,8 +24,9 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from .change_writer import MergeRequired, NetChanges, commit_net_changes, compact_output
-from .commit_log import (
+from ..core.errors import ConcurrentRefreshError, SpecError
+from ..core.planning import InputState, RebuildRequired, RefreshPlan, plan_refresh, refresh_result
+from ..core.progress import (
     InputProgress,
     OutputLog,
     Progress,
@@ -34,13 +35,12 @@ from .commit_log import (
     read_output_log,
     session_settings,
 )
-from .errors import ConcurrentRefreshError, SpecError
-from .internals import is_concurrent_modification
-from .ownership import OWNER_PROPERTY, Ownership
-from .planning import InputState, RebuildRequired, RefreshPlan, plan_refresh, refresh_result
-from .spec import quote, spec_field_hashes, spec_fingerprint
-from .tables import DeltaHandle, values_equal
-from .trace import phase
+from ..core.spec import quote, spec_field_hashes, spec_fingerprint
+from ..core.trace import phase
+from ..delta.ownership import OWNER_PROPERTY, Ownership
+from ..delta.tables import DeltaHandle, values_equal
+from ..runtime.internals import is_concurrent_modification
+from .net_changes import MergeRequired, NetChanges, commit_net_changes, compact_output
 
 log = logging.getLogger(__name__)
 

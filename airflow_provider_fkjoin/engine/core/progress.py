@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # importing this module must not load pyspark: the no-JVM noop check reads progress too
     from pyspark.sql import SparkSession
 
-    from .tables import DeltaHandle
+    from ..delta.tables import DeltaHandle
 
 METADATA_KEY = "fkjoin"
 FORMAT_VERSION = 1

@@ -52,15 +52,15 @@ from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from .changes import maybe_broadcast, read_feed
-from .errors import FullRebuildRefusedError, InputDataError, SpecError
-from .expressions import check_expressions, schema_probe
-from .merge import Commit, RefreshContext, RunOptions, append_output, begin_refresh
-from .planning import InputState, RebuildRequired, RefreshPlan, schema_columns
-from .spec import EVENT_TIME, EventStreamRef, WindowedJoinSpec, quote
-from .state_tables import StateTable
-from .tables import DeltaHandle, TableState, analysed, input_frame, null_of, require_columns
-from .trace import phase
+from ...core.errors import FullRebuildRefusedError, InputDataError, SpecError
+from ...core.planning import InputState, RebuildRequired, RefreshPlan, schema_columns
+from ...core.spec import EVENT_TIME, EventStreamRef, WindowedJoinSpec, quote
+from ...core.trace import phase
+from ...delta.changes import maybe_broadcast, read_feed
+from ...delta.state_tables import StateTable
+from ...delta.tables import DeltaHandle, TableState, analysed, input_frame, null_of, require_columns
+from ...runtime.expressions import check_expressions, schema_probe
+from ...write.merge import Commit, RefreshContext, RunOptions, append_output, begin_refresh
 
 SIDES = ("left", "right")
 _SIDE = "_fkjoin_side"  # 0: left, 1: right

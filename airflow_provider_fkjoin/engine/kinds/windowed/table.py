@@ -32,16 +32,16 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from .changes import ChangedKeys, check_keys, maybe_broadcast
-from .errors import SpecError
-from .expressions import check_expressions, schema_probe
-from .fk_join import JoinInput, read_changes, read_input, run_foreign_key_join
-from .fk_join import expected_output as fk_expected_output
-from .merge import PRESENT, RunOptions, begin_refresh, merge_output, write_full_output
-from .planning import InputState, RebuildRequired, RefreshPlan, schema_columns
-from .spec import ForeignKeyJoinSpec, WindowedTableJoinSpec, WindowedTableRef, quote
-from .tables import DeltaHandle, TableState, analysed, key_is_null, require_columns
-from .trace import phase
+from ...core.errors import SpecError
+from ...core.planning import InputState, RebuildRequired, RefreshPlan, schema_columns
+from ...core.spec import ForeignKeyJoinSpec, WindowedTableJoinSpec, WindowedTableRef, quote
+from ...core.trace import phase
+from ...delta.changes import ChangedKeys, check_keys, maybe_broadcast
+from ...delta.tables import DeltaHandle, TableState, analysed, key_is_null, require_columns
+from ...runtime.expressions import check_expressions, schema_probe
+from ...write.merge import PRESENT, RunOptions, begin_refresh, merge_output, write_full_output
+from ..fk_join import JoinInput, read_changes, read_input, run_foreign_key_join
+from ..fk_join import expected_output as fk_expected_output
 
 SIDES = ("left", "right")
 

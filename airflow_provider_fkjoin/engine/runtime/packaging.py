@@ -3,7 +3,7 @@
 The Airflow hook builds a spark-submit command from these in the scheduler's worker, where importing
 pyspark would cost seconds, so this module imports nothing heavy.
 
->>> from airflow_provider_fkjoin.engine.packaging import DELTA_MAVEN_COORDINATE
+>>> from airflow_provider_fkjoin.engine.runtime.packaging import DELTA_MAVEN_COORDINATE
 >>> DELTA_MAVEN_COORDINATE
 'io.delta:delta-spark_4.2_2.13:4.4.0'
 """
@@ -19,7 +19,7 @@ from pathlib import Path
 DELTA_JAR_VERSION = "4.4.0"
 DELTA_MAVEN_COORDINATE = f"io.delta:delta-spark_4.2_2.13:{DELTA_JAR_VERSION}"
 _ENGINE_DIR = Path(__file__).resolve().parent
-_REPO_JARS = _ENGINE_DIR.parents[1] / ".jars"
+_REPO_JARS = _ENGINE_DIR.parents[2] / ".jars"
 #: The engine's quiet logging for Spark's JVM (warnings and errors only).
 ENGINE_LOG4J = _ENGINE_DIR / "log4j2.properties"
 

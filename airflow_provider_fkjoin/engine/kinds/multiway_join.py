@@ -45,16 +45,16 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from . import changelog as cl
-from .change_writer import CHANGE, PRE_IMAGE, NetChanges, net_changes
-from .changes import ChangedKeys, check_keys, cut_lineage, feed_errors, maybe_broadcast
-from .errors import InputDataError, SpecError
+from ..core.errors import InputDataError, SpecError
+from ..core.planning import InputState, RebuildRequired, RefreshPlan, schema_columns
+from ..core.spec import MultiWayInput, MultiWayJoinSpec, quote
+from ..core.trace import phase
+from ..delta import changelog as cl
+from ..delta.changes import ChangedKeys, check_keys, cut_lineage, feed_errors, maybe_broadcast
+from ..delta.tables import DeltaHandle, TableState, key_is_null, require_columns
+from ..write.merge import PRESENT, RefreshContext, RunOptions, begin_refresh, merge_output, write_full_output
+from ..write.net_changes import CHANGE, PRE_IMAGE, NetChanges, net_changes
 from .fk_join import JoinInput, read_changes, read_input
-from .merge import PRESENT, RefreshContext, RunOptions, begin_refresh, merge_output, write_full_output
-from .planning import InputState, RebuildRequired, RefreshPlan, schema_columns
-from .spec import MultiWayInput, MultiWayJoinSpec, quote
-from .tables import DeltaHandle, TableState, key_is_null, require_columns
-from .trace import phase
 
 ID_PREFIX = "_fkjoin_id__"
 ON_PREFIX = "_fkjoin_on"

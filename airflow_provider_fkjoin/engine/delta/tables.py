@@ -18,13 +18,13 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from . import internals
-from .errors import SpecError
-from .locations import local_path, location_identity
-from .owners import OWNER_PROPERTY
-from .session import is_connect
-from .spec import RESERVED_PREFIX, TableRef, quote
-from .watermarks import read_history
+from ..core.errors import SpecError
+from ..core.locations import local_path, location_identity
+from ..core.owners import OWNER_PROPERTY
+from ..core.spec import RESERVED_PREFIX, TableRef, quote
+from ..logs.watermarks import read_history
+from ..runtime import internals
+from ..runtime.session import is_connect
 
 CDF_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp")
 LIVE_CHANGE_TYPES = ("insert", "update_postimage")

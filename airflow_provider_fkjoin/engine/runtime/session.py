@@ -19,7 +19,7 @@ from collections.abc import Mapping
 
 from pyspark.sql import SparkSession
 
-from .errors import SpecError
+from ..core.errors import SpecError
 from .packaging import DELTA_MAVEN_COORDINATE, ENGINE_LOG4J, delta_jars
 
 DEFAULT_CONF: dict[str, str] = {

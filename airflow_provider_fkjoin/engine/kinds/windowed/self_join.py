@@ -39,11 +39,11 @@ from typing import Any
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from .changes import maybe_broadcast
-from .merge import RunOptions
-from .spec import EVENT_TIME, SelfJoinSpec, quote
-from .tables import DeltaHandle
-from .windowed_stream import _LEFT_ROW, _NULL, _POS, _T, StreamJoinRefresh, run_event_join
+from ...core.spec import EVENT_TIME, SelfJoinSpec, quote
+from ...delta.changes import maybe_broadcast
+from ...delta.tables import DeltaHandle
+from ...write.merge import RunOptions
+from .stream import _LEFT_ROW, _NULL, _POS, _T, StreamJoinRefresh, run_event_join
 
 _OBS_BEFORE = "_fkjoin_obs_before"
 _OBS_AFTER = "_fkjoin_obs_after"

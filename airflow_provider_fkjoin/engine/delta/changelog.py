@@ -28,8 +28,8 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import MapType, StructType
 
-from .errors import InputDataError, SpecError
-from .spec import SourceRef, quote
+from ..core.errors import InputDataError, SpecError
+from ..core.spec import SourceRef, quote
 from .tables import DeltaHandle, key_is_null
 
 ORDER_COLUMN = "_fkjoin_order"

@@ -84,10 +84,10 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from .errors import InputDataError, SpecError
+from ..core.errors import InputDataError, SpecError
+from ..delta.tables import analysed
 from .internals import analysed_node_classes
 from .session import is_connect
-from .tables import analysed
 
 # --------------------------------------------------------------------------------------------------------
 # Refused constructs: a deny list on Catalyst class names (allow by default)

@@ -26,10 +26,10 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from .commit_log import read_progress
-from .errors import SpecError
-from .locations import is_within
-from .owners import describe_owner, owner_verdict, spec_owner
+from ..core.errors import SpecError
+from ..core.locations import is_within
+from ..core.owners import describe_owner, owner_verdict, spec_owner
+from ..core.progress import read_progress
 from .tables import OWNER_PROPERTY, DeltaHandle
 
 

@@ -3,7 +3,7 @@
 A refresh runs in another process (spark-submit, a cluster driver); the hook learns its outcome only from
 the exit code and a few marked lines of output. Every side reads the values here, so they cannot drift.
 
->>> from airflow_provider_fkjoin.engine.protocol import EXIT_RETRY, PHASE_MARKER
+>>> from airflow_provider_fkjoin.engine.core.protocol import EXIT_RETRY, PHASE_MARKER
 >>> line = "FKJOIN_PHASE committed 12.5"
 >>> line.startswith(PHASE_MARKER)
 True

@@ -41,16 +41,14 @@ from typing import Any
 from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
-from . import changelog as cl
-from . import watermarks
-from .changes import BROADCAST_LIMIT_ROWS, check_keys, feed_errors, read_feed
-from .commit_log import InputProgress, read_progress
-from .errors import FullRebuildRefusedError, SpecError, TableNotBootstrappedError
-from .expressions import check_expressions, schema_probe
-from .merge import Commit, CommitRequest, RunOptions, append_output, begin_refresh
-from .planning import InputState, RebuildRequired, RefreshPlan, schema_columns
-from .spec import StreamTableJoinSpec, TableRef, quote
-from .tables import (
+from ..core.errors import FullRebuildRefusedError, SpecError, TableNotBootstrappedError
+from ..core.planning import InputState, RebuildRequired, RefreshPlan, schema_columns
+from ..core.progress import InputProgress, read_progress
+from ..core.spec import StreamTableJoinSpec, TableRef, quote
+from ..core.trace import phase
+from ..delta import changelog as cl
+from ..delta.changes import BROADCAST_LIMIT_ROWS, check_keys, feed_errors, read_feed
+from ..delta.tables import (
     CDF_COLUMNS,
     DeltaHandle,
     TableState,
@@ -60,7 +58,9 @@ from .tables import (
     require_columns,
     table_size_bytes,
 )
-from .trace import phase
+from ..logs import watermarks
+from ..runtime.expressions import check_expressions, schema_probe
+from ..write.merge import Commit, CommitRequest, RunOptions, append_output, begin_refresh
 
 MAPPED_PREFIX = "_fkjoin_mk"
 BOOTSTRAP_KIND = "global_table_bootstrap"

@@ -22,8 +22,8 @@ from typing import NamedTuple
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from .errors import ConcurrentRefreshError, SpecError
-from .spec import TableRef
+from ..core.errors import ConcurrentRefreshError, SpecError
+from ..core.spec import TableRef
 from .tables import DeltaHandle, null_of, path_has_files
 
 

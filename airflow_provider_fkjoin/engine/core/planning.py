@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from .commit_log import InputProgress, Progress
+from .progress import InputProgress, Progress
 
 
 class RebuildRequired(Exception):

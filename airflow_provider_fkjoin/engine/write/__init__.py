@@ -1,0 +1,1 @@
+"""One refresh's writers: the output MERGE and the net-change commit."""
