@@ -1,6 +1,8 @@
 """airflow-provider-fkjoin: incremental Kafka-Streams-grade joins on Spark and Delta Lake for Airflow."""
 
-__version__ = "0.1.0"
+from airflow_provider_fkjoin.version import __version__
+
+__all__ = ["__version__", "get_provider_info"]
 
 
 def get_provider_info() -> dict:

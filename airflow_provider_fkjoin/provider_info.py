@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from airflow_provider_fkjoin.version import __version__
+
 INTEGRATION = "FkJoin"
 
 
@@ -16,8 +18,6 @@ def get_provider_info() -> dict[str, Any]:
     >>> get_provider_info()["package-name"]
     'airflow-provider-fkjoin'
     """
-    from airflow_provider_fkjoin import __version__
-
     return {
         "package-name": "airflow-provider-fkjoin",
         "name": "FkJoin",

@@ -17,33 +17,24 @@ Example::
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from typing import Any
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from .core.errors import SpecError
 from .core.progress import read_progress
 from .core.spec import quote
 from .delta.tables import DeltaHandle, TableState, values_equal
-from .kinds import fk_join, global_table, multiway_join
-from .kinds.windowed import table as windowed_table
+from .kinds import KINDS, ExpectedOutput
 
-Expected = Callable[[Any, SparkSession, dict[str, TableState]], tuple[DataFrame, list[str], list[str]]]
-
-_EXPECTED: dict[str, Expected] = {
-    "foreign_key_join": fk_join.expected_output,
-    "global_table_bootstrap": global_table.expected_output,
-    "windowed_join": windowed_table.expected_output,
-    "multiway_join": multiway_join.expected_output,
-}
 _EXPECTED_FLAG, _ACTUAL_FLAG = "_fkjoin_expected_row", "_fkjoin_actual_row"
 
 
-def _recompute(spec: Any) -> Expected:
-    if spec.kind in _EXPECTED and getattr(spec, "mode", "table") == "table":
-        return _EXPECTED[spec.kind]
+def _recompute(spec: Any) -> ExpectedOutput:
+    expected = KINDS[spec.kind].expected_output
+    if expected is not None and KINDS[spec.kind].recomputable(spec):
+        return expected
     raise SpecError(
         f"kind: a {spec.kind} output is append-only (each refresh appends what it emits), so there is no "
         "keyed table to recompute; audit works for foreign_key_join, global_table_bootstrap, "

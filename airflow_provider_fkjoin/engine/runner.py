@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -14,27 +14,10 @@ from .core.progress import read_progress
 from .core.spec import WRITE_PATHS, AnySpec, load_spec, spec_expressions, spec_fingerprint
 from .delta.ownership import check_ownership
 from .delta.tables import DeltaHandle
-from .kinds.fk_join import run_foreign_key_join
-from .kinds.global_table import run_global_table_bootstrap
-from .kinds.multiway_join import run_multiway_join
-from .kinds.stream_join import run_stream_table_join
-from .kinds.windowed.self_join import run_self_join
-from .kinds.windowed.stream import run_windowed_stream_join
-from .kinds.windowed.table import run_windowed_table_join
+from .kinds import KINDS
 from .runtime.expressions import row_errors
 from .runtime.session import get_spark
 from .write.merge import RunOptions
-
-_RUNNERS: dict[str, Callable[[Any, SparkSession, RunOptions], dict[str, Any]]] = {
-    "foreign_key_join": run_foreign_key_join,
-    "global_table_bootstrap": run_global_table_bootstrap,
-    "stream_table_join": run_stream_table_join,
-    "windowed_join": lambda spec, spark, options: (
-        run_windowed_stream_join if spec.mode == "stream" else run_windowed_table_join
-    )(spec, spark, options),
-    "self_join": run_self_join,
-    "multiway_join": run_multiway_join,
-}
 
 
 def run_spec(
@@ -80,7 +63,7 @@ def run_spec(
         origin=dict(origin) if origin else None,
     )
     with row_errors(spec_expressions(loaded)):
-        return _RUNNERS[loaded.kind](loaded, session, options)
+        return KINDS[loaded.kind].run(loaded, session, options)
 
 
 def refresh_status(

@@ -13,7 +13,7 @@ from typing import Any
 
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 
-from airflow_provider_fkjoin.hooks.fkjoin import mask_text, secret_values
+from airflow_provider_fkjoin.hooks.masking import mask_text, secret_values
 from airflow_provider_fkjoin.jobs.fkjoin_job import REDACTION_CONF
 
 
@@ -23,7 +23,7 @@ class CapturingSparkSubmitHook(SparkSubmitHook):
     The provider masks only keys containing ``secret`` or ``password``, so ``fs.s3a.session.token``,
     ``fs.azure.account.key.*`` or ``fs.azure.sas.*`` would be logged in clear with the command. Here every
     place the provider masks (the logged command, "Cannot execute" errors, the output tail) and every
-    output line it logs goes through :func:`~airflow_provider_fkjoin.hooks.fkjoin.mask_text` as well::
+    output line it logs goes through :func:`~airflow_provider_fkjoin.hooks.masking.mask_text` as well::
 
         hook._mask_cmd(["--conf", "fs.azure.sas.c.a.blob.core.windows.net=sv=2024&sig=abc"])
         # '--conf fs.azure.sas.c.a.blob.core.windows.net=******'

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import deltalake
-from pyspark.errors import AnalysisException, ParseException
+from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -379,12 +379,3 @@ def require_columns(names: list[str], columns: list[str], field_path: str, table
                 f"{field_path}[{index}]: column {column!r} is not in {table.role} table {table.location} "
                 f"(columns: {', '.join(names)})"
             )
-
-
-def analysed(what: str, build: Any) -> Any:
-    """Run Spark analysis of user SQL and turn its failure into a SpecError naming the field."""
-    try:
-        return build()
-    except (AnalysisException, ParseException) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise SpecError(f"{what}: {first[:300]}") from None

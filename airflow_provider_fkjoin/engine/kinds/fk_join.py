@@ -34,8 +34,8 @@ from ..core.spec import ForeignKeyJoinSpec, SourceRef, quote
 from ..core.trace import phase
 from ..delta import changelog as cl
 from ..delta.changes import ChangedKeys, changed_keys, check_keys, feed_errors, maybe_broadcast
-from ..delta.tables import DeltaHandle, TableState, analysed, input_frame, key_is_null, require_columns
-from ..runtime.expressions import check_expressions, schema_probe
+from ..delta.tables import DeltaHandle, TableState, input_frame, key_is_null, require_columns
+from ..runtime.expressions import analysed, check_expressions, schema_probe
 from ..write.merge import (
     PRESENT,
     Commit,

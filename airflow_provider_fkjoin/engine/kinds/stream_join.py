@@ -52,14 +52,13 @@ from ..delta.tables import (
     CDF_COLUMNS,
     DeltaHandle,
     TableState,
-    analysed,
     input_frame,
     key_is_null,
     require_columns,
     table_size_bytes,
 )
 from ..logs import watermarks
-from ..runtime.expressions import check_expressions, schema_probe
+from ..runtime.expressions import analysed, check_expressions, schema_probe
 from ..write.merge import Commit, CommitRequest, RunOptions, append_output, begin_refresh
 
 MAPPED_PREFIX = "_fkjoin_mk"

@@ -78,16 +78,26 @@ import re
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
-from pyspark.errors import PySparkException
+from pyspark.errors import AnalysisException, ParseException, PySparkException
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from ..core.errors import InputDataError, SpecError
-from ..delta.tables import analysed
 from .internals import analysed_node_classes
 from .session import is_connect
+
+
+def analysed(what: str, build: Any) -> Any:
+    """Run Spark analysis of user SQL and turn its failure into a SpecError naming the field."""
+    try:
+        return build()
+    except (AnalysisException, ParseException) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise SpecError(f"{what}: {first[:300]}") from None
+
 
 # --------------------------------------------------------------------------------------------------------
 # Refused constructs: a deny list on Catalyst class names (allow by default)

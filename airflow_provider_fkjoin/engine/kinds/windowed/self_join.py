@@ -39,11 +39,11 @@ from typing import Any
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from ...core.spec import EVENT_TIME, SelfJoinSpec, quote
+from ...core.spec import EVENT_TIME, SelfJoinSpec, WindowedJoinSpec, quote
 from ...delta.changes import maybe_broadcast
 from ...delta.tables import DeltaHandle
 from ...write.merge import RunOptions
-from .stream import _LEFT_ROW, _NULL, _POS, _T, StreamJoinRefresh, run_event_join
+from .stream import _LEFT_ROW, _NULL, _POS, _T, SIDES, StreamJoinRefresh, run_event_join
 
 _OBS_BEFORE = "_fkjoin_obs_before"
 _OBS_AFTER = "_fkjoin_obs_after"
@@ -54,6 +54,18 @@ def run_self_join(spec: SelfJoinSpec, spark: SparkSession, options: RunOptions) 
     """Refresh a self-join once; see the module docstring for the algorithm."""
     handles = {"input": DeltaHandle(spark, spec.input, "input")}
     result = run_event_join(spec, spec.as_windowed_join(), handles, _NAMES, SelfJoinRefresh, options)
+    return {**result, "optimized": "self_join"}
+
+
+def run_windowed_join_as_self_join(
+    spec: WindowedJoinSpec, spark: SparkSession, options: RunOptions
+) -> dict[str, Any]:
+    """Refresh a stream-mode ``windowed_join`` of one table with itself with the self-join's one store.
+
+    The spec keeps its own identity (``left``/``right`` names, fingerprint); only the computation changes.
+    """
+    handles = {side: DeltaHandle(spark, getattr(spec, side), side) for side in SIDES}
+    result = run_event_join(spec, spec, handles, SIDES, SelfJoinRefresh, options)
     return {**result, "optimized": "self_join"}
 
 

@@ -58,8 +58,8 @@ from ...core.spec import EVENT_TIME, EventStreamRef, WindowedJoinSpec, quote
 from ...core.trace import phase
 from ...delta.changes import maybe_broadcast, read_feed
 from ...delta.state_tables import StateTable
-from ...delta.tables import DeltaHandle, TableState, analysed, input_frame, null_of, require_columns
-from ...runtime.expressions import check_expressions, schema_probe
+from ...delta.tables import DeltaHandle, TableState, input_frame, null_of, require_columns
+from ...runtime.expressions import analysed, check_expressions, schema_probe
 from ...write.merge import Commit, RefreshContext, RunOptions, append_output, begin_refresh
 
 SIDES = ("left", "right")
@@ -194,14 +194,8 @@ def resolve_shape(
 def run_windowed_stream_join(
     spec: WindowedJoinSpec, spark: SparkSession, options: RunOptions
 ) -> dict[str, Any]:
-    """Refresh a stream-mode windowed join once; see the module docstring for the algorithm. A join of one
-    table with itself runs as a self-join (:mod:`.self_join`) unless ``optimize: false``."""
+    """Refresh a stream-mode windowed join once; see the module docstring for the algorithm."""
     handles = {side: DeltaHandle(spark, getattr(spec, side), side) for side in SIDES}
-    if spec.runs_as_self_join:
-        from .self_join import SelfJoinRefresh
-
-        result = run_event_join(spec, spec, handles, SIDES, SelfJoinRefresh, options)
-        return {**result, "optimized": "self_join"}
     return {**run_event_join(spec, spec, handles, SIDES, StreamJoinRefresh, options), "optimized": None}
 
 

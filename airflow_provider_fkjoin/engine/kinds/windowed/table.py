@@ -37,8 +37,8 @@ from ...core.planning import InputState, RebuildRequired, RefreshPlan, schema_co
 from ...core.spec import ForeignKeyJoinSpec, WindowedTableJoinSpec, WindowedTableRef, quote
 from ...core.trace import phase
 from ...delta.changes import ChangedKeys, check_keys, maybe_broadcast
-from ...delta.tables import DeltaHandle, TableState, analysed, key_is_null, require_columns
-from ...runtime.expressions import check_expressions, schema_probe
+from ...delta.tables import DeltaHandle, TableState, key_is_null, require_columns
+from ...runtime.expressions import analysed, check_expressions, schema_probe
 from ...write.merge import PRESENT, RunOptions, begin_refresh, merge_output, write_full_output
 from ..fk_join import JoinInput, read_changes, read_input, run_foreign_key_join
 from ..fk_join import expected_output as fk_expected_output
