@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from ..delta import tables  # noqa: F401  (throwaway: a lower layer importing a higher one)
-
 
 class FkJoinError(Exception):
     """Base class of every error the engine raises on purpose."""
