@@ -1,7 +1,7 @@
 """Test utilities: tiny Delta tables with CDF on, and an independent pure-Python oracle of the FK join.
 
 The oracle (``expected_fk_join``) never touches the engine: it recomputes the join from collected rows,
-following ``reference/kafka_join_semantics.md`` §2 as a *table* (the state a Kafka FK join converges to):
+following ``docs/kinds/foreign-key-join.md`` as a *table* (the state a Kafka FK join converges to):
 
 * one output row per non-null left key (inner: only when the FK is non-null and the right row exists);
 * a null FK (or any null component of a composite FK) never matches, not even a right row with a null key;

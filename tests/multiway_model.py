@@ -1,5 +1,5 @@
 """A pure-Python model of the N-way un-windowed inner join, written from
-``reference/windowed_self_multiway.md`` §4 (not from the engine): the oracle the multiway_join tests
+``docs/kinds/multiway-join.md`` (not from the engine): the oracle the multiway_join tests
 compare every refresh against.
 
 Each input is a table (rows as dicts, one per primary key). The output is the inner equi-join of all

@@ -1,14 +1,15 @@
-"""The foreign-key join against the reference's table of observable behaviour (kafka_join_semantics.md §2.4).
+"""The foreign-key join against the reference's table of observable behaviour
+(``docs/kinds/foreign-key-join.md``, "Observable behaviour").
 
-The port is a *table* (DESIGN.md, "Semantics every join keeps"): where Kafka emits a record, the output row
+The port is a *table* (``docs/concepts/semantics.md``): where Kafka emits a record, the output row
 changes; where Kafka emits a tombstone for a key that never produced a result, the output has no row and
-nothing is written (§2.6 port guidance).
+nothing is written (``docs/concepts/semantics.md``, clean changelogs).
 
-To keep the suite fast, the §2.4 scenarios share one pair of inputs (``orders -> customers``): each scenario
-owns a block of order ids and its own customer ids, all scenarios' changes of a phase land together, and one
-refresh per phase updates an inner and a left join. Each test then checks its own keys, after every phase:
-the exact rows it expects (hand-written), the oracle at the result's input versions, and the output's change
-data feed (one net change per changed key, nothing else).
+To keep the suite fast, the observable-behaviour scenarios share one pair of inputs (``orders -> customers``):
+each scenario owns a block of order ids and its own customer ids, all scenarios' changes of a phase land
+together, and one refresh per phase updates an inner and a left join. Each test then checks its own keys,
+after every phase: the exact rows it expects (hand-written), the oracle at the result's input versions, and
+the output's change data feed (one net change per changed key, nothing else).
 ``test_world_contract`` checks the whole of every refresh (modes, versions, one commit, counts, every key).
 """
 
@@ -62,7 +63,8 @@ def joined(order: Row, customer: Row | None) -> Row:
 
 
 class Scenario:
-    """Rows, per-phase changes and per-phase expectations of one §2.4 case, on keys of its own.
+    """Rows, per-phase changes and per-phase expectations of one observable-behaviour case, on keys of its
+    own.
 
     Order ids are ``base + n``; customer ids are ``"<tag>-<suffix>"`` so scenarios never see each other.
     Expectations carry forward: a phase without ``expect`` must leave the scenario's rows untouched.
@@ -128,7 +130,7 @@ def scenario(build: Callable[[Scenario], None]) -> Callable[[Scenario], None]:
     return build
 
 
-# §2.4 row: left insert, right row exists -> J(l, r)
+# Observable-behaviour row: left insert, right row exists -> J(l, r)
 @scenario
 def left_insert_right_exists(s: Scenario) -> None:
     s.initial(right=[s.c("A")])
@@ -393,7 +395,8 @@ def old_right_row_changes_after_fk_moved_away(s: Scenario) -> None:
     )
 
 
-# ---------------------------------------------------------------------------- beyond §2.4's table
+# ---------------------------------------------------------------------------- beyond the observable-behaviour
+# table
 
 
 # trap 6: right key "fk" must not match left FK "fk1" (nor "FK", nor "fk ")
@@ -610,7 +613,7 @@ def how(request: pytest.FixtureRequest) -> str:
     return request.param
 
 
-# One test per row of §2.4 (variants parametrized), for inner and left.
+# One test per row of the observable-behaviour table (variants parametrized), for inner and left.
 
 
 def test_left_insert_right_exists(world: World, how: str) -> None:
@@ -1148,7 +1151,7 @@ def test_duplicate_keys_on_incremental_run(spark: SparkSession, warehouse: Path)
 
 
 def test_oracle_matches_the_reference_basics() -> None:
-    """The oracle itself, on §2.4 basics (no Spark)."""
+    """The oracle itself, on the observable-behaviour basics (no Spark)."""
     ann = {"customer_id": "a", "name": "ann", "tier": "gold"}
     nobody = {"customer_id": None, "name": "nobody", "tier": None}
     left = [

@@ -1,6 +1,6 @@
-"""Safe by construction (issue 11, DESIGN.md "Semantics every join keeps" item 6): one test per class of
-bad input or interference. Each asserts the error type, that the message names the culprit, and that no
-input and no output changed (versions and contents compared before and after); or, where the right
+"""Safe by construction (``docs/safety.md``; ``docs/concepts/semantics.md``, safe by construction): one test
+per class of bad input or interference. Each asserts the error type, that the message names the culprit, and
+that no input and no output changed (versions and contents compared before and after); or, where the right
 answer is a rebuild, that the output equals the join recomputed from scratch in Python.
 
 ``docs/safety.md`` lists every class with the test that keeps it true (``test_safety_doc_is_true``).

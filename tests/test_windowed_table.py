@@ -1,8 +1,8 @@
-"""Table-mode windowed joins (reference §2): KTable-KTable joins of plain tables, windowed tables on the
-same or a shifted window ("errors this minute vs the same minute a week ago"), and a windowed table
-enriched from a plain one; inner, left and outer. After every refresh the output equals the join
-recomputed from scratch in Python over the inputs at the versions the refresh consumed, and the output's
-change feed holds exactly one net change per changed key."""
+"""Table-mode windowed joins (``docs/kinds/windowed-join.md``, table mode): KTable-KTable joins of plain
+tables, windowed tables on the same or a shifted window ("errors this minute vs the same minute a week ago"),
+and a windowed table enriched from a plain one; inner, left and outer. After every refresh the output equals
+the join recomputed from scratch in Python over the inputs at the versions the refresh consumed, and the
+output's change feed holds exactly one net change per changed key."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """A record-by-record model of the stream-stream windowed join, written from the reference alone.
 
-``../shared/reference/windowed_self_multiway.md`` §1 describes Kafka Streams' KStream-KStream join as a
+``docs/kinds/windowed-join.md`` (stream mode) describes Kafka Streams' KStream-KStream join as a
 loop over records in a defined order; this module is that loop, in plain Python, with no Spark and no
 code shared with the engine. Tests run the same refreshes through the engine and through this model and
 compare what each refresh appends.
@@ -41,7 +41,8 @@ Output = tuple[str, dict[str, Any] | None, dict[str, Any] | None, int]
 
 
 class StreamJoinModel:
-    """Kafka's KStream-KStream join, one refresh at a time (reference §1.1-§1.3)."""
+    """Kafka's KStream-KStream join, one refresh at a time (``docs/kinds/windowed-join.md``: processing order,
+    state, row rules)."""
 
     def __init__(
         self,
@@ -68,7 +69,7 @@ class StreamJoinModel:
         return self.after if side == "L" else self.before
 
     def order(self, left: list[Event], right: list[Event]) -> list[tuple[str, Event]]:
-        """§1.1: the refresh's rows in processing order."""
+        """Processing order: the refresh's rows in processing order."""
         if self.same_table:
             assert not right, "a same-table join takes its rows as left"
             return [(side, e) for e in left for side in ("L", "R")]
@@ -88,7 +89,7 @@ class StreamJoinModel:
         return out
 
     def process(self, side: str, x: Event, out: list[Output]) -> None:
-        """§1.3, steps 1-6, for one row."""
+        """The row rules, steps 1-6, for one row."""
         other = "R" if side == "L" else "L"
         self.stream_time = max(self.stream_time, x.t)
         if x.null_key:

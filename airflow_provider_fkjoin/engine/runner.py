@@ -30,7 +30,8 @@ def run_spec(
     audit_examples: int = 0,
     origin: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Refresh a spec's output once and return the JSON-serialisable result dict (see DESIGN.md).
+    """Refresh a spec's output once and return the JSON-serialisable result dict (see
+    ``docs/concepts/result.md``).
 
     The output's ownership is checked first (:mod:`.ownership`): nothing is read or written for a spec
     that must not write its output. ``full_refresh`` rebuilds the output from the inputs whatever its

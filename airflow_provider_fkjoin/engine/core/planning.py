@@ -181,7 +181,8 @@ def refresh_result(
     started: float,
     **extra: Any,
 ) -> dict[str, Any]:
-    """The result dict every kind returns (DESIGN.md's contract), plus the kind's own ``extra`` fields.
+    """The result dict every kind returns (the contract in ``docs/concepts/result.md``), plus the kind's own
+    ``extra`` fields.
 
     ``inputs`` maps a side to ``{"path", "from_version", "to_version"}``; ``started`` is the
     ``time.monotonic()`` of the refresh's start.

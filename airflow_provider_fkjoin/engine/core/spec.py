@@ -551,7 +551,7 @@ class EventStreamRef(TableRef):
 
 
 class WindowedJoinSpec(_KindSpec):
-    """A windowed join (``reference/windowed_self_multiway.md``). ``mode: stream`` is Kafka's
+    """A windowed join (``docs/kinds/windowed-join.md``). ``mode: stream`` is Kafka's
     KStream-KStream join with ``JoinWindows`` over two append-only event tables; its output is
     append-only, one row per joined pair or unmatched row, with an ``event_time`` column.
 
@@ -652,7 +652,7 @@ def check_event_projection(value: dict[str, str] | None) -> dict[str, str] | Non
 
 class SelfJoinSpec(_KindSpec):
     """A stream joined with itself inside a time window, read once (Kafka's KIP-862 self-join;
-    ``reference/windowed_self_multiway.md`` §3). Its output equals, row for row, the stream-mode
+    ``docs/kinds/self-join.md``, "Contract"). Its output equals, row for row, the stream-mode
     ``windowed_join`` with ``left = right = input`` and ``how: inner``. ``columns`` is required: ``l`` and
     ``r`` are a pair's left and right rows as that join defines them (a right row's time is within
     ``[l.t - before, l.t + after]``; with a symmetric window every pair appears both ways), and both
@@ -947,7 +947,7 @@ class MultiWayOutputRef(OutputRef):
 
 
 class MultiWayJoinSpec(_KindSpec):
-    """Yelp Joinery's N-way un-windowed inner join (``reference/windowed_self_multiway.md`` §4): 2 to 8 keyed
+    """Yelp Joinery's N-way un-windowed inner join (``docs/kinds/multiway-join.md``): 2 to 8 keyed
     inputs joined on their ``join_keys`` (by position), 1:1, 1:N or N:M. Each output row is identified by
     its inputs' primary keys, kept in hidden ``_fkjoin_id__<input>__<column>`` columns (the merge key).
 

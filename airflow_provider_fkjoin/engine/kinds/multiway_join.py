@@ -1,4 +1,4 @@
-"""N-way un-windowed inner joins (Yelp Joinery; ``reference/windowed_self_multiway.md`` §4), maintained
+"""N-way un-windowed inner joins (Yelp Joinery; ``docs/kinds/multiway-join.md``), maintained
 incrementally by the telescoping delta rule.
 
 Two to eight keyed inputs (tables or changelog sources) join on their ``join_keys``, matched by

@@ -1,13 +1,14 @@
 """Spec expressions are pure row-level SQL: refused before a refresh if not, explained if a row fails.
 
 Why: a refresh recomputes only the output rows its input changes touch, and promises that the output then
-equals a join computed from scratch (DESIGN.md, "Semantics every join keeps", items 1 and 6). That holds only
-if every spec expression (``columns``, ``foreign_key.expr``, ``key_mapper.expr``...) is a function of the
-joined row alone. So :func:`check_expressions` parses and analyses each one against the join's schemas
-(analysis only: no job runs) and refuses, with a :class:`SpecError` naming the field, the expression, the
-construct and what to do, any expression whose analysed plan holds one of these constructs. Everything else
-is allowed: arithmetic, ``CASE``, casts, string/date/map/array/struct functions, lambdas (``transform``,
-``filter``, ``aggregate`` over a row's own array)...
+equals a join computed from scratch (``docs/concepts/semantics.md``: consistent snapshots, safe by
+construction). That holds only if every spec expression (``columns``, ``foreign_key.expr``,
+``key_mapper.expr``...) is a function of the joined row alone. So :func:`check_expressions` parses and
+analyses each one against the join's schemas (analysis only: no job runs) and refuses, with a
+:class:`SpecError` naming the field, the expression, the construct and what to do, any expression whose
+analysed plan holds one of these constructs. Everything else is allowed: arithmetic, ``CASE``, casts,
+string/date/map/array/struct functions, lambdas (``transform``, ``filter``, ``aggregate`` over a row's own
+array)...
 
 =================================  ========================================================================
 construct: found by                why it is refused

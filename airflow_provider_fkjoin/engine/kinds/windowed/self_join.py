@@ -1,6 +1,6 @@
 """The self-join (Kafka's KIP-862): a stream joined with itself inside a time window, read once.
 
-The contract (``reference/windowed_self_multiway.md`` §3) is the stream-mode ``windowed_join`` with
+The contract (``docs/kinds/self-join.md``) is the stream-mode ``windowed_join`` with
 ``left = right = input`` and ``how: inner``, row for row. That join processes each new row ``v`` twice, as
 a left row and then as a right row, against two window stores holding the same rows; this one keeps one
 store and asks it both questions:

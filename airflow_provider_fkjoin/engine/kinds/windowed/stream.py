@@ -1,23 +1,25 @@
 """The stream-stream windowed join (Kafka's KStream-KStream join with ``JoinWindows``), one refresh at a time.
 
-The semantics are ``reference/windowed_self_multiway.md`` §1: Kafka processes records one by one; a
+The semantics are ``docs/kinds/windowed-join.md``'s stream mode: Kafka processes records one by one; a
 refresh here processes the rows appended to both inputs since the last refresh *as if* one by one, in
 the reference's order, but computes every outcome with joins and window functions over all of them:
 
-1. **Order** (§1.1). Each input's new rows are numbered by (Delta commit version, ``order_by``, a row
+1. **Order** (processing order). Each input's new rows are numbered by (Delta commit version, ``order_by``, a
+row
    hash): ``pos``. Their running maximum event time ``m`` merges the two inputs: a row's global rank is
    ``(m, side, pos)`` (Kafka's "take the input whose head has the smaller timestamp"), or ``(pos, side)``
    when both sides are one table (each row is processed as a left row, then as a right row).
-2. **Times** (§1.2). Stream time at a row is ``max(previous stream time, m)``: every earlier row has a
+2. **Times** (state). Stream time at a row is ``max(previous stream time, m)``: every earlier row has a
    running maximum at most ``m``. A side's observed time at a row is a running maximum over that side's
    non-null-key rows in global order (one window pass over the new rows' narrow columns).
-3. **Pairs** (§1.3 step 4). A new row ``x`` joins every row ``o`` of the other side with the same key that
+3. **Pairs** (row rules, step 4). A new row ``x`` joins every row ``o`` of the other side with the same key
+that
    came before it (an earlier refresh's row, or an earlier rank) whose time is in ``x``'s band (Kafka's
    clamped ``[t - before, t + after]`` for a left row, ``[t - after, t + before]`` for a right row) and
    that had not expired: ``o.t >= observed(other side at x) - retention + 1``. Each pair is found once,
    from its later member. Earlier rows come from the input at its consumed version, limited to the
    retention window: the window stores are the inputs themselves.
-4. **Unmatched rows** (left and outer joins; §1.3 steps 2, 3 and 5). A null-key row of an outer side is
+4. **Unmatched rows** (left and outer joins; row rules, steps 2, 3 and 5). A null-key row of an outer side is
    emitted at once. A row of an outer side that matched nothing on arrival is emitted at once when its
    window has closed (``t + lookback (+ grace) < stream time``), else it is *pending*. A pending row (new,
    or carried from earlier refreshes) ends at the first later row that matches it (then it never appears

@@ -1,4 +1,4 @@
-"""Table-mode windowed joins (``reference/windowed_self_multiway.md`` §2), maintained incrementally.
+"""Table-mode windowed joins (``docs/kinds/windowed-join.md``, table mode), maintained incrementally.
 
 Both sides are tables with one row per key; a windowed table's key is ``(key..., window start, window
 end)``. Three shapes, one output keyed like the left side:
