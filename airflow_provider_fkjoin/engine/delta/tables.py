@@ -21,6 +21,7 @@ from pyspark.sql import types as T
 from ..core.errors import SpecError
 from ..core.locations import local_path, location_identity
 from ..core.owners import OWNER_PROPERTY
+from ..core.planning import InputState, schema_columns
 from ..core.spec import RESERVED_PREFIX, TableRef, quote
 from ..logs.watermarks import read_history
 from ..runtime import internals
@@ -379,3 +380,21 @@ def require_columns(names: list[str], columns: list[str], field_path: str, table
                 f"{field_path}[{index}]: column {column!r} is not in {table.role} table {table.location} "
                 f"(columns: {', '.join(names)})"
             )
+
+
+def pinned_input(
+    handle: DeltaHandle, state: TableState, schema: Any, version: int | None = None
+) -> InputState:
+    """What a refresh records of an input it pinned: the handle's location, the snapshot's identity and
+    CDF flag, the read's columns, at ``version`` (default: the snapshot's own).
+
+    >>> pinned_input(orders, orders.state(), frame.schema).version
+    7
+    """
+    return InputState(
+        handle.location,
+        state.table_id,
+        state.version if version is None else version,
+        state.cdf_enabled,
+        schema_columns(schema),
+    )

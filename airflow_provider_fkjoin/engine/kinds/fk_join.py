@@ -29,12 +29,12 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from ..core.errors import SpecError
-from ..core.planning import InputState, RebuildRequired, RefreshPlan, schema_columns
+from ..core.planning import RebuildRequired, RefreshPlan
 from ..core.spec import ForeignKeyJoinSpec, SourceRef, quote
 from ..core.trace import phase
 from ..delta import changelog as cl
 from ..delta.changes import ChangedKeys, changed_keys, check_keys, feed_errors, maybe_broadcast
-from ..delta.tables import DeltaHandle, TableState, input_frame, key_is_null, require_columns
+from ..delta.tables import DeltaHandle, TableState, input_frame, key_is_null, pinned_input, require_columns
 from ..runtime.expressions import analysed, check_expressions, schema_probe
 from ..write.merge import (
     PRESENT,
@@ -246,13 +246,7 @@ def run_foreign_key_join(
     ]
 
     current = {
-        side: InputState(
-            h.location,
-            states[side].table_id,
-            to_versions[side],
-            states[side].cdf_enabled,
-            schema_columns(sides[side].raw.schema),
-        )
+        side: pinned_input(h, states[side], sides[side].raw.schema, to_versions[side])
         for side, h in (("left", left), ("right", right))
     }
     refresh, plan = begin_refresh(identity or spec, output, current, options, started, warnings)
@@ -263,11 +257,11 @@ def run_foreign_key_join(
         return refresh.result(plan, previous.output_version, _rows(), write_path=None, compacted=False)
 
     if plan.mode == "incremental":
-        incremental = _incremental(spec, shape, sides, output, plan, to_versions, refresh)
-        if isinstance(incremental, str):
-            plan = RefreshPlan("full", incremental, dict.fromkeys(current))
+        try:
+            commit, rows = _incremental(spec, shape, sides, output, plan, to_versions, refresh)
+        except RebuildRequired as unavailable:
+            plan = RefreshPlan("full", str(unavailable), dict.fromkeys(current))
         else:
-            commit, rows = incremental
             phase("committed")
             return refresh.result(
                 plan, commit.version, rows, write_path=commit.write_path, compacted=commit.compacted
@@ -327,8 +321,8 @@ def _incremental(
     plan: RefreshPlan,
     to_versions: dict[str, int],
     refresh: RefreshContext,
-) -> tuple[Commit, dict[str, Any]] | str:
-    """The incremental path: (its commit, rows), or the reason to rebuild when a feed cannot serve."""
+) -> tuple[Commit, dict[str, Any]]:
+    """The incremental path: its commit and rows. Raises :class:`RebuildRequired` when a feed cannot serve."""
     request = refresh.request("incremental", plan.reason)
     left, right = sides["left"].handle, sides["right"].handle
     left_df, right_df = sides["left"].rows, sides["right"].rows
@@ -339,13 +333,11 @@ def _incremental(
     try:
         left_changes = read_changes(sides["left"], shape.left_key, left_from, empty, images=direct)
         right_changes = read_changes(sides["right"], shape.right_key, right_from, empty, images=direct)
-    except BaseException as failed:
+    except BaseException:
         # a vacuumed feed rebuilds, any other failure (a bad changelog op) propagates: either way, what
         # was already cached is released
         for changes in empty:
             changes.release()
-        if isinstance(failed, RebuildRequired):
-            return str(failed)
         raise
     phase("changes_read")
     cached: list[DataFrame] = []
@@ -362,8 +354,6 @@ def _incremental(
         if commit is None:
             source = _merge_source(affected, cached)
             commit = merge_output(output, source, shape.left_key, shape.value_columns, request)
-    except RebuildRequired as drifted:
-        return str(drifted)
     finally:
         if net is not None:
             net.release()

@@ -30,7 +30,7 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from ..core.planning import InputState, RebuildRequired, RefreshPlan, schema_columns
+from ..core.planning import RebuildRequired, RefreshPlan
 from ..core.spec import GlobalTableBootstrapSpec, SourceRef, quote
 from ..core.trace import phase
 from ..delta import changelog as cl
@@ -47,6 +47,7 @@ from ..delta.tables import (
     TableState,
     input_frame,
     key_is_null,
+    pinned_input,
     require_columns,
     table_size_bytes,
 )
@@ -137,15 +138,7 @@ def run_global_table_bootstrap(
             "enable it with ALTER TABLE ... SET TBLPROPERTIES (delta.enableChangeDataFeed = true)"
         )
 
-    current = {
-        SIDE: InputState(
-            source.location,
-            state.table_id,
-            high_watermark,
-            state.cdf_enabled,
-            schema_columns(source_df.schema),
-        )
-    }
+    current = {SIDE: pinned_input(source, state, source_df.schema, high_watermark)}
     refresh, plan = begin_refresh(spec, output, current, options, started, warnings)
     previous = refresh.previous
 

@@ -46,12 +46,12 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from ..core.errors import InputDataError, SpecError
-from ..core.planning import InputState, RebuildRequired, RefreshPlan, schema_columns
+from ..core.planning import RebuildRequired, RefreshPlan
 from ..core.spec import MultiWayInput, MultiWayJoinSpec, quote
 from ..core.trace import phase
 from ..delta import changelog as cl
 from ..delta.changes import ChangedKeys, check_keys, cut_lineage, feed_errors, maybe_broadcast
-from ..delta.tables import DeltaHandle, TableState, key_is_null, require_columns
+from ..delta.tables import DeltaHandle, TableState, key_is_null, pinned_input, require_columns
 from ..write.merge import PRESENT, RefreshContext, RunOptions, begin_refresh, merge_output, write_full_output
 from ..write.net_changes import CHANGE, PRE_IMAGE, NetChanges, net_changes
 from .fk_join import JoinInput, read_changes, read_input
@@ -253,26 +253,17 @@ def run_multiway_join(spec: MultiWayJoinSpec, spark: SparkSession, options: RunO
         for name in refs
         if not states[name].cdf_enabled
     ]
-    current = {
-        name: InputState(
-            handles[name].location,
-            states[name].table_id,
-            states[name].version,
-            states[name].cdf_enabled,
-            schema_columns(sides[name].raw.schema),
-        )
-        for name in refs
-    }
+    current = {name: pinned_input(handles[name], states[name], sides[name].raw.schema) for name in refs}
     refresh, plan = begin_refresh(spec, output, current, options, started, warnings)
     if plan.mode == "noop":
         assert refresh.previous is not None
         phase("committed")
         return refresh.result(plan, refresh.previous.output_version, _rows(spec))
     if plan.mode == "incremental":
-        done = _incremental(spec, shape, sides, output, plan, refresh)
-        if isinstance(done, dict):
-            return done
-        plan = RefreshPlan("full", done, dict.fromkeys(current))
+        try:
+            return _incremental(spec, shape, sides, output, plan, refresh)
+        except RebuildRequired as unavailable:
+            plan = RefreshPlan("full", str(unavailable), dict.fromkeys(current))
     return _full(spec, shape, sides, output, plan, refresh)
 
 
@@ -469,21 +460,18 @@ def _incremental(
     output: DeltaHandle,
     plan: RefreshPlan,
     refresh: RefreshContext,
-) -> dict[str, Any] | str:
-    """The telescoping refresh: its result, or the reason to rebuild when a change feed cannot serve."""
+) -> dict[str, Any]:
+    """The telescoping refresh: its result. Raises :class:`RebuildRequired` when a feed cannot serve."""
     changes: dict[str, InputChanges] = {}
     cached: list[DataFrame] = []
     net: NetChanges | None = None
     try:
-        try:
-            for item, input_shape in zip(spec.inputs_, shape.inputs, strict=True):
-                after = plan.from_versions[item.name]
-                assert after is not None
-                if after == sides[item.name].version:
-                    continue
-                changes[item.name] = _read_changes(item, input_shape, sides[item.name], after)
-        except RebuildRequired as unavailable:
-            return str(unavailable)
+        for item, input_shape in zip(spec.inputs_, shape.inputs, strict=True):
+            after = plan.from_versions[item.name]
+            assert after is not None
+            if after == sides[item.name].version:
+                continue
+            changes[item.name] = _read_changes(item, input_shape, sides[item.name], after)
         phase("changes_read")
         gone = [name for name, found in changes.items() if found.old_rows is None]
         arity = len(shape.on)
@@ -516,8 +504,6 @@ def _incremental(
             commit = merge_output(
                 output, _merge_source(net, shape, cached), shape.identity, shape.value_columns, request
             )
-    except RebuildRequired as drifted:
-        return str(drifted)
     finally:
         if net is not None:
             net.release()

@@ -42,7 +42,7 @@ from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
 from ..core.errors import FullRebuildRefusedError, SpecError, TableNotBootstrappedError
-from ..core.planning import InputState, RebuildRequired, RefreshPlan, schema_columns
+from ..core.planning import RebuildRequired, RefreshPlan
 from ..core.progress import InputProgress, read_progress
 from ..core.spec import StreamTableJoinSpec, TableRef, quote
 from ..core.trace import phase
@@ -54,6 +54,7 @@ from ..delta.tables import (
     TableState,
     input_frame,
     key_is_null,
+    pinned_input,
     require_columns,
     table_size_bytes,
 )
@@ -316,15 +317,7 @@ def run_stream_table_join(
         )
 
     s_state = states["stream"]
-    current = {
-        "stream": InputState(
-            stream.location,
-            s_state.table_id,
-            versions["stream"],
-            s_state.cdf_enabled,
-            schema_columns(stream_df.schema),
-        )
-    }
+    current = {"stream": pinned_input(stream, s_state, stream_df.schema, versions["stream"])}
     consumed = {
         "stream": current["stream"].consumed(),
         "table": InputProgress(table.location, states["table"].table_id, versions["table"]),

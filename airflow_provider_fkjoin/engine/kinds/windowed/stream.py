@@ -55,12 +55,12 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from ...core.errors import FullRebuildRefusedError, InputDataError, SpecError
-from ...core.planning import InputState, RebuildRequired, RefreshPlan, schema_columns
+from ...core.planning import RebuildRequired, RefreshPlan
 from ...core.spec import EVENT_TIME, EventStreamRef, WindowedJoinSpec, quote
 from ...core.trace import phase
 from ...delta.changes import maybe_broadcast, read_feed
 from ...delta.state_tables import StateTable
-from ...delta.tables import DeltaHandle, TableState, input_frame, null_of, require_columns
+from ...delta.tables import DeltaHandle, TableState, input_frame, null_of, pinned_input, require_columns
 from ...runtime.expressions import analysed, check_expressions, schema_probe
 from ...write.merge import Commit, RefreshContext, RunOptions, append_output, begin_refresh
 
@@ -235,16 +235,7 @@ def run_event_join(
         names,
     )
     warnings: list[str] = []
-    current = {
-        name: InputState(
-            handles[name].location,
-            pinned[name].table_id,
-            pinned[name].version,
-            pinned[name].cdf_enabled,
-            schema_columns(frames[name].schema),
-        )
-        for name in handles
-    }
+    current = {name: pinned_input(handles[name], pinned[name], frames[name].schema) for name in handles}
     refresh, plan = begin_refresh(identity, output, current, options, started, warnings, append_only=True)
     previous = refresh.previous
     if plan.mode == "noop":

@@ -33,11 +33,11 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from ...core.errors import SpecError
-from ...core.planning import InputState, RebuildRequired, RefreshPlan, schema_columns
+from ...core.planning import RebuildRequired, RefreshPlan
 from ...core.spec import ForeignKeyJoinSpec, WindowedTableJoinSpec, WindowedTableRef, quote
 from ...core.trace import phase
 from ...delta.changes import ChangedKeys, check_keys, maybe_broadcast
-from ...delta.tables import DeltaHandle, TableState, key_is_null, require_columns
+from ...delta.tables import DeltaHandle, TableState, key_is_null, pinned_input, require_columns
 from ...runtime.expressions import analysed, check_expressions, schema_probe
 from ...write.merge import PRESENT, RunOptions, begin_refresh, merge_output, write_full_output
 from ..fk_join import JoinInput, read_changes, read_input, run_foreign_key_join
@@ -228,16 +228,7 @@ def _run_outer(spec: WindowedTableJoinSpec, spark: SparkSession, options: RunOpt
     sides = {side: read_input(getattr(spec, side), handles[side], states[side]) for side in SIDES}
     shape = OuterShape(spec, sides, spark)
     warnings: list[str] = []
-    current = {
-        side: InputState(
-            handles[side].location,
-            states[side].table_id,
-            states[side].version,
-            states[side].cdf_enabled,
-            schema_columns(sides[side].raw.schema),
-        )
-        for side in SIDES
-    }
+    current = {side: pinned_input(handles[side], states[side], sides[side].raw.schema) for side in SIDES}
     refresh, plan = begin_refresh(spec, output, current, options, started, warnings)
     rows = {"inserted": 0, "updated": 0, "deleted": 0, "keys_recomputed": 0}
     if plan.mode == "noop":
