@@ -25,7 +25,7 @@ from airflow_provider_fkjoin.engine import (
     noop_result,
     run_spec,
 )
-from airflow_provider_fkjoin.engine import commit_log as commit_log_module
+from airflow_provider_fkjoin.engine.core import progress as commit_log_module
 from airflow_provider_fkjoin.engine.core.errors import FullRebuildRefusedError
 from airflow_provider_fkjoin.engine.core.spec import TableRef
 from airflow_provider_fkjoin.engine.delta.changes import FeedUnavailable, feed_errors

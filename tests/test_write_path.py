@@ -17,10 +17,11 @@ from helpers import CUSTOMERS, ORDERS, oracle, output_state, rows_at, write
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from airflow_provider_fkjoin.engine import ConcurrentRefreshError, change_writer, run_spec
+from airflow_provider_fkjoin.engine import ConcurrentRefreshError, run_spec
 from airflow_provider_fkjoin.engine.core.spec import TableRef
 from airflow_provider_fkjoin.engine.core.trace import phase_listener
 from airflow_provider_fkjoin.engine.delta.tables import DeltaHandle
+from airflow_provider_fkjoin.engine.write import net_changes as change_writer
 from airflow_provider_fkjoin.engine.write.net_changes import MergeRequired, commit_net_changes, net_changes
 
 ORDER_ROWS = [(1, 10, 5.0), (2, 10, 7.0), (3, 20, 9.0), (4, 30, 1.0)]
