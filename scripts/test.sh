@@ -1,14 +1,30 @@
 #!/usr/bin/env bash
-# Set up (idempotent) and run the whole test suite. Extra arguments go to pytest.
+# Set up (idempotent) and run the tests. Extra arguments go to pytest.
+#
+#   ./scripts/test.sh            the fast tier: pure tests, Airflow unit tests, in-process Spark tests,
+#                                property tests with few examples (HYPOTHESIS_PROFILE=fast)
+#   ./scripts/test.sh --all      every tier (what CI runs): crash tests at every phase, property tests at
+#                                full depth (HYPOTHESIS_PROFILE=ci), every DAG end to end, real servers
+#
+# Tiers are markers set in tests/conftest.py (slow, e2e); `-m ...` after --all picks tiers by hand.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 "$root/scripts/setup.sh"
 cd "$root"
+tier=(-m "not slow and not e2e")
+profile="${HYPOTHESIS_PROFILE:-fast}"
+if [ "${1:-}" = "--all" ]; then
+  shift
+  tier=()
+  profile="${HYPOTHESIS_PROFILE:-ci}"
+fi
+export HYPOTHESIS_PROFILE="$profile"
 # Two pytest workers (one SparkSession each) keep the 2-core machine busy while the other waits on
-# Spark's fixed per-job latency; --dist loadfile keeps a module's shared tables on one worker.
+# Spark's fixed per-job latency. --dist loadgroup with the groups tests/conftest.py sets keeps a module's
+# shared tables on one worker, and spreads the end-to-end DAG tests over both.
 # FKJOIN_TEST_WORKERS=0 runs everything in this process.
 workers="${FKJOIN_TEST_WORKERS:-2}"
 if [ "$workers" = "0" ]; then
-  exec .venv/bin/python -m pytest "$@"
+  exec .venv/bin/python -m pytest ${tier[@]+"${tier[@]}"} "$@"
 fi
-exec .venv/bin/python -m pytest -n "$workers" --dist loadfile --durations=25 "$@"
+exec .venv/bin/python -m pytest -n "$workers" --dist loadgroup --durations=25 ${tier[@]+"${tier[@]}"} "$@"

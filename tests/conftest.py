@@ -1,4 +1,14 @@
-"""Shared fixtures: one Delta-enabled SparkSession for the whole run, sized for 2 cores."""
+"""Shared fixtures (one Delta-enabled SparkSession for the whole run, sized for 2 cores), the test tiers and
+the Hypothesis profiles.
+
+Tiers. ``./scripts/test.sh`` runs the fast tier (``-m "not slow and not e2e"``); ``./scripts/test.sh --all``
+and CI run every tier. A test's tier comes from this file only: its path (:data:`SLOW_PATHS`,
+:data:`E2E_PATHS`), or for the crash tests the phase it kills at (:data:`FAST_CRASH_PHASES`), or a
+``@pytest.mark.slow`` the test declares itself.
+
+Hypothesis. ``HYPOTHESIS_PROFILE`` picks the example count of every property test: ``fast`` (the fast
+tier), ``ci`` (every tier, the default) or ``deep`` (a long local run). No test sets its own count.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +17,67 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 os.environ.setdefault("PYSPARK_PYTHON", os.sys.executable)
+
+_PROPERTY_SETTINGS = {
+    "deadline": None,  # a Spark action takes seconds, and its first run far longer than the next
+    "suppress_health_check": [HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+}
+settings.register_profile("fast", max_examples=3, **_PROPERTY_SETTINGS)
+settings.register_profile("ci", max_examples=10, **_PROPERTY_SETTINGS)
+settings.register_profile("deep", max_examples=60, **_PROPERTY_SETTINGS)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+TESTS = Path(__file__).resolve().parent
+#: Every test in these files is in the slow tier: a subprocess killed at every phase, every example DAG run
+#: twice with ``airflow dags test``.
+SLOW_PATHS = (
+    "test_fk_crash.py",
+    "test_multiway_crash.py",
+    "test_windowed_crash.py",
+    "airflow/test_dags_e2e.py",
+)
+#: Real servers: Airflow's api-server, scheduler and triggerer; a Spark Connect server; a standalone cluster.
+E2E_PATHS = ("e2e/",)
+#: The one phase per kind whose crash test stays in the fast tier (the others are slow).
+FAST_CRASH_PHASES = {
+    "test_fk_crash.py": "committing",
+    "test_multiway_crash.py": "committing",
+    "test_windowed_crash.py": "state_written",
+}
+#: Modules whose tests ``airflow dags test`` one DAG each: spread over both workers, one DAG per group.
+SPREAD_PATHS = ("airflow/test_dags_e2e.py",)
+#: Tests of a spread module that share one DAG's output run together.
+SPREAD_TOGETHER = {"test_downstream_report_on_the_join_asset": "test_kip213_fk_join_full_then_incremental"}
+
+
+def _tier(path: str, item: pytest.Item) -> str | None:
+    if path.startswith(E2E_PATHS):
+        return "e2e"
+    phase = getattr(getattr(item, "callspec", None), "params", {}).get("phase")
+    if path in FAST_CRASH_PHASES and phase is not None:
+        return None if phase == FAST_CRASH_PHASES[path] else "slow"
+    if path.startswith(SLOW_PATHS):
+        return "slow"
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark each test with its tier, and group tests for the workers: a module's tests share one worker
+    (its module fixtures are built once) except in :data:`SPREAD_PATHS`, where each DAG gets its own."""
+    for item in items:
+        path = Path(str(item.fspath)).resolve().relative_to(TESTS).as_posix()
+        tier = _tier(path, item)
+        if tier is not None:
+            item.add_marker(getattr(pytest.mark, tier))
+        group = path
+        if path.startswith(SPREAD_PATHS):
+            name = item.originalname if hasattr(item, "originalname") else item.name
+            group = f"{path}::{SPREAD_TOGETHER.get(name, name)}"
+        item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.fixture(scope="session")

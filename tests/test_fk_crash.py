@@ -35,8 +35,6 @@ from pyspark.sql import SparkSession
 
 from airflow_provider_fkjoin.engine import run_spec
 
-pytestmark = pytest.mark.slow
-
 REPO = Path(__file__).resolve().parents[1]
 PHASE_ORDER = ["pinned", "changes_read", "merge_started", "committing", "committed"]
 LEFT = "order_id INT, customer_id STRING, amount INT"

@@ -10,13 +10,12 @@ the oracle on every key, one net change per changed key in the output's change f
 
 from __future__ import annotations
 
-import os
 import tempfile
 from collections.abc import Callable
 from typing import Any
 
 from helpers import Batch, OutputSpec, Row, World
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from pyspark.sql import SparkSession
 
@@ -84,11 +83,6 @@ def play(world: World, steps: list[Any], refresh: Callable[[], None]) -> None:
         refresh()
 
 
-@settings(
-    max_examples=int(os.environ.get("FKJOIN_PROPERTY_EXAMPLES", "12")),  # more for a longer local run
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
 @given(plan=plans())
 def test_refreshes_equal_recompute(spark: SparkSession, plan: dict[str, Any]) -> None:
     with tempfile.TemporaryDirectory(prefix="fkjoin-prop-") as root:
@@ -125,11 +119,6 @@ def _feed(spark: SparkSession, path: str, start: int, end: int) -> list[tuple[An
     return sorted((tuple(row) for row in feed.collect()), key=repr)
 
 
-@settings(
-    max_examples=int(os.environ.get("FKJOIN_PROPERTY_EXAMPLES", "12")),
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
 @given(plan=plans())
 def test_net_change_commits_equal_merge(spark: SparkSession, plan: dict[str, Any]) -> None:
     """The same random change sequences refreshed through the net-change commit and through MERGE give

@@ -13,7 +13,7 @@ from collections import Counter
 from pathlib import Path
 
 from helpers import append_rows, create_table, read_rows
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from airflow_provider_fkjoin.engine import run_spec
@@ -38,7 +38,6 @@ def latest_state(events: list[dict]) -> dict:
     return {k: e["name"] for k, e in latest.items() if e["op"] != "d"}
 
 
-@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(steps=st.lists(STEP, min_size=1, max_size=3), how=st.sampled_from(["inner", "left"]), data=st.data())
 def test_global_table_and_lookup_join_match_oracle(spark, steps, how, data) -> None:
     warehouse = Path(tempfile.mkdtemp(prefix="gtprop-"))

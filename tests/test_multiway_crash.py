@@ -25,8 +25,6 @@ from test_fk_crash import Run, run_fkjoin
 from test_multiway import World, identity_columns, output_by_identity, yelp_world
 from test_multiway_property import model_at
 
-pytestmark = pytest.mark.slow
-
 #: The phases a multiway refresh traces, in order (``committing`` on the net-change write path only).
 PHASES = ["pinned", "changes_read", "merge_started", "committing", "committed"]
 INPUTS = ["business", "review", "owner"]

@@ -20,19 +20,16 @@ the previous refresh and this one.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 from helpers import read_table, table_version
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import example, given
 from hypothesis import strategies as st
 from multiway_model import Row
 from pyspark.sql import SparkSession
 from test_multiway import World
-
-pytestmark = pytest.mark.slow
 
 NAMES = "abcd"
 KEYS = [0, 1, 2, 3]  # primary keys of every input
@@ -40,7 +37,6 @@ JOIN_KEYS = [0, 1, 2, 0, 1, 2, None]  # the shared join-key domain (a null one t
 VALUES = [0, 1, 2]  # small, so identical rewrites happen
 TAGS = ["x", "y"]
 #: Examples per run: each builds its own Delta tables and runs 2 to 5 refreshes (a few minutes in all).
-EXAMPLES = int(os.environ.get("FKJOIN_PROPERTY_EXAMPLES", "6"))
 
 
 # ------------------------------------------------------------------------------------------- the world
@@ -254,11 +250,6 @@ DOUBLE_COUNT_TRAPS = {
 }
 
 
-@settings(
-    max_examples=EXAMPLES,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
 @given(plan=plans())
 @example(plan=DOUBLE_COUNT_TRAPS).via("four inputs, partners changing together, N:M buckets")
 def test_refreshes_equal_the_model_recomputed(

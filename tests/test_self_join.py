@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import example, given
 from hypothesis import strategies as st
 from test_windowed_stream import COLUMNS, Side, appended, ev, expected, spec_for, with_keys
 from windowed_model import Event, StreamJoinModel
@@ -222,12 +222,6 @@ def _batches(draw: st.DrawFn) -> list[list[Event]]:
     return batches
 
 
-@pytest.mark.slow
-@settings(
-    max_examples=10,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
 @given(
     batches=st.composite(_batches)(),
     before=st.integers(-5, 20),

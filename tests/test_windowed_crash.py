@@ -17,8 +17,6 @@ from windowed_model import StreamJoinModel
 
 from airflow_provider_fkjoin.engine import run_spec
 
-pytestmark = pytest.mark.slow
-
 PHASES = ["pinned", "changes_read", "state_written", "merge_started", "committed"]
 WINDOW = {"before": 10, "after": 10, "grace": 5}
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from helpers import append_rows, create_table, read_changes, table_version
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from windowed_model import Event, StreamJoinModel
 
@@ -212,12 +212,6 @@ def _events(keys: list[str | None], max_t: int) -> st.SearchStrategy[list[Event]
     return st.lists(st.builds(lambda k, t: (k, t), st.sampled_from(keys), st.integers(0, max_t)), max_size=6)
 
 
-@pytest.mark.slow
-@settings(
-    max_examples=16,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
 @given(
     data=st.data(),
     how=st.sampled_from(["inner", "left", "outer"]),

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from helpers import assert_clean_changes, create_table, delete_keys, read_rows, table_version, upsert
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from airflow_provider_fkjoin.engine import SpecError, run_spec
@@ -185,12 +185,6 @@ def test_table_mode_spec_errors(spark, warehouse: Path) -> None:
         )
 
 
-@pytest.mark.slow
-@settings(
-    max_examples=8,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
 @given(
     how=st.sampled_from(["inner", "left", "outer"]),
     steps=st.lists(

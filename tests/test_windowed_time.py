@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import example, given
 from hypothesis import strategies as st
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -57,12 +57,6 @@ def _floors_near(ms_values: list[int], offsets: list[int]) -> list[int]:
     return near + offsets
 
 
-settings_ = settings(
-    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
-
-
-@settings_
 @given(values=st.lists(micros, min_size=1, max_size=12, unique=True), offsets=st.lists(millis, max_size=4))
 @example(values=[0, -1000, -1, 1_700_000_000_123_000, 1_700_000_000_123_999], offsets=[])
 @example(values=[2**44 * 1000 + 999, 2**50 + 999_999], offsets=[2**44])
@@ -72,7 +66,6 @@ def test_timestamp_floor_matches_milliseconds(spark, values, offsets):
     _check(spark, T.TimestampType(), stamps, oracle, _floors_near(oracle, offsets))
 
 
-@settings_
 @given(values=st.lists(days, min_size=1, max_size=12, unique=True), offsets=st.lists(millis, max_size=4))
 def test_date_floor_matches_milliseconds(spark, values, offsets):
     dates = [dt.date(1970, 1, 1) + dt.timedelta(days=d) for d in values]
@@ -82,7 +75,6 @@ def test_date_floor_matches_milliseconds(spark, values, offsets):
     _check(spark, T.DateType(), dates, oracle, floors)
 
 
-@settings_
 @given(values=st.lists(millis, min_size=1, max_size=12, unique=True), offsets=st.lists(millis, max_size=4))
 def test_epoch_ms_floor_matches_milliseconds(spark, values, offsets):
     _check(spark, T.LongType(), values, values, _floors_near(values, offsets))

@@ -24,7 +24,7 @@ from deltalake import DeltaTable
 from airflow_provider_fkjoin.engine.logs.watermarks import progress
 
 # Spark and Airflow start several JVMs and interpreters per DAG run: allow for a busy machine.
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
+pytestmark = pytest.mark.timeout(2400)
 
 REPO = Path(__file__).resolve().parents[2]
 AIRFLOW = str(Path(sys.executable).parent / "airflow")

@@ -22,10 +22,7 @@ import pytest
 from airflow_stack import AirflowStack, parsed, run_to_end, running_airflow
 from e2e_support import wait_for
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.timeout(1800),
-]  # the module fixture (db migrate, start-up) counts too
+pytestmark = pytest.mark.timeout(1800)  # the module fixture (db migrate, start-up) counts too
 
 PRODUCER, CONSUMER = "fkjoin_e2e_asset_producer", "fkjoin_e2e_asset_consumer"
 

@@ -22,10 +22,7 @@ import pytest
 from airflow_stack import AirflowStack, parsed, running_airflow
 from e2e_support import ARTIFACTS, REPO, wait_for
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.timeout(1800),
-]  # the module fixture (db migrate, start-up) counts too
+pytestmark = pytest.mark.timeout(1800)  # the module fixture (db migrate, start-up) counts too
 
 DAG_ID = "fkjoin_kip99_global_table"
 SENSOR_TASK = "products_caught_up"

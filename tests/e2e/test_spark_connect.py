@@ -42,7 +42,7 @@ from helpers import (
 
 from airflow_provider_fkjoin.engine import run_spec
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+pytestmark = pytest.mark.timeout(900)
 
 
 def run_over_connect(url: str, spec: dict[str, Any]) -> dict[str, Any]:

@@ -16,7 +16,7 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 from e2e_support import wait_for
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+pytestmark = pytest.mark.timeout(600)
 
 CDF = {"delta.enableChangeDataFeed": "true"}
 CONN_ID = "spark_e2e_standalone"
