@@ -48,7 +48,7 @@ from .logs.watermarks import (
 from .runtime.packaging import DELTA_JAR_VERSION, DELTA_MAVEN_COORDINATE, ENGINE_LOG4J, delta_jars
 
 if TYPE_CHECKING:
-    from .core.spec import WRITE_PATHS, as_self_join, load_spec
+    from .core.spec import WRITE_PATHS, as_self_join, load_spec, read_spec_file
     from .runner import refresh_status, run_spec
     from .runtime.session import DEFAULT_CONF, connect_server_argv, get_spark, is_connect
 
@@ -60,6 +60,7 @@ _LAZY = {
     "get_spark": ".runtime.session",
     "is_connect": ".runtime.session",
     "load_spec": ".core.spec",
+    "read_spec_file": ".core.spec",
     "refresh_status": ".runner",
     "run_spec": ".runner",
 }
@@ -108,6 +109,7 @@ __all__ = [
     "noop_result",
     "normalise_location",
     "progress",
+    "read_spec_file",
     "refresh_by_origin",
     "refresh_result_from_commit",
     "refresh_status",

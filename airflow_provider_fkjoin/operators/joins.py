@@ -93,16 +93,13 @@ def task_origin(context: Context) -> dict[str, Any]:
 
 
 def _read_spec_file(path: str | Path) -> dict[str, Any]:
-    file = Path(path)
-    if not file.is_file():
-        raise FkJoinBadInputError(f"spec file {str(file)!r} does not exist")
+    """The engine's spec-file reader, its error a task failure that no retry repeats."""
+    from airflow_provider_fkjoin.engine import SpecError, read_spec_file
+
     try:
-        data = yaml.safe_load(file.read_text())
-    except yaml.YAMLError as error:
-        raise FkJoinBadInputError(f"spec file {str(file)!r} is not valid YAML/JSON: {error}") from error
-    if not isinstance(data, dict):
-        raise FkJoinBadInputError(f"spec file {str(file)!r} must hold a mapping")
-    return data
+        return read_spec_file(path)
+    except SpecError as error:
+        raise FkJoinBadInputError(str(error)) from error
 
 
 def _table_path(value: Any) -> str | None:
