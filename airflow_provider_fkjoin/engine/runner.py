@@ -17,7 +17,7 @@ from .delta.tables import DeltaHandle
 from .kinds import KINDS
 from .runtime.expressions import row_errors
 from .runtime.session import get_spark
-from .write.merge import RunOptions
+from .write.refresh import RunOptions
 
 
 def run_spec(

@@ -101,7 +101,7 @@ def plan_refresh(
 
     ``full_refresh`` is the caller's explicit request; ``output_exists`` tells a first run from an
     output whose progress is gone; ``changed_by_others`` is why the output's rows no longer match its
-    progress (:func:`.commit_log.read_output_log`).
+    progress (:func:`.progress.read_output_log`).
     """
     no_from: dict[str, int | None] = dict.fromkeys(current)
     if full_refresh:

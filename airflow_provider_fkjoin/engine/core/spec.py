@@ -1044,7 +1044,7 @@ KINDS = (
 
 #: How a refresh may write its output (``run_spec(write_path=...)``, ``fkjoin run --write-path``, the
 #: operators' ``write_path``): ``auto`` commits net changes without MERGE where the engine can prove them
-#: right (:mod:`.change_writer`), ``merge`` always uses Delta's MERGE.
+#: right (:mod:`.net_changes`), ``merge`` always uses Delta's MERGE.
 WRITE_PATHS = ("auto", "merge")
 
 

@@ -19,7 +19,7 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 
 from ..delta.tables import TableState
-from ..write.merge import RunOptions
+from ..write.refresh import RunOptions
 from . import fk_join, global_table, multiway_join, stream_join
 from .windowed import run_windowed_join, self_join
 from .windowed import table as windowed_table

@@ -36,17 +36,9 @@ from ..delta import changelog as cl
 from ..delta.changes import ChangedKeys, changed_keys, check_keys, feed_errors, maybe_broadcast
 from ..delta.tables import DeltaHandle, TableState, input_frame, key_is_null, pinned_input, require_columns
 from ..runtime.expressions import analysed, check_expressions, schema_probe
-from ..write.merge import (
-    PRESENT,
-    Commit,
-    CommitRequest,
-    RefreshContext,
-    RunOptions,
-    begin_refresh,
-    merge_output,
-    write_full_output,
-)
+from ..write.merge import PRESENT, Commit, CommitRequest, merge_output, write_full_output
 from ..write.net_changes import NetChanges, net_changes
+from ..write.refresh import RefreshContext, RunOptions, begin_refresh
 
 FK_PREFIX = "_fkjoin_fk"
 LEFT_CHANGED = "_fkjoin_lchg"

@@ -51,17 +51,9 @@ from ..delta.tables import (
     require_columns,
     table_size_bytes,
 )
-from ..write.merge import (
-    PRESENT,
-    Commit,
-    CommitRequest,
-    RefreshContext,
-    RunOptions,
-    begin_refresh,
-    merge_output,
-    write_full_output,
-)
+from ..write.merge import PRESENT, Commit, CommitRequest, merge_output, write_full_output
 from ..write.net_changes import NetChanges, net_changes
+from ..write.refresh import RefreshContext, RunOptions, begin_refresh
 
 SIDE = "source"
 

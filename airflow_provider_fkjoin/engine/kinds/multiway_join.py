@@ -52,8 +52,9 @@ from ..core.trace import phase
 from ..delta import changelog as cl
 from ..delta.changes import ChangedKeys, check_keys, cut_lineage, feed_errors, maybe_broadcast
 from ..delta.tables import DeltaHandle, TableState, key_is_null, pinned_input, require_columns
-from ..write.merge import PRESENT, RefreshContext, RunOptions, begin_refresh, merge_output, write_full_output
+from ..write.merge import PRESENT, merge_output, write_full_output
 from ..write.net_changes import CHANGE, PRE_IMAGE, NetChanges, net_changes
+from ..write.refresh import RefreshContext, RunOptions, begin_refresh
 from .fk_join import JoinInput, read_changes, read_input
 
 ID_PREFIX = "_fkjoin_id__"

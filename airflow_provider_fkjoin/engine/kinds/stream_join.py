@@ -60,7 +60,8 @@ from ..delta.tables import (
 )
 from ..logs import watermarks
 from ..runtime.expressions import analysed, check_expressions, schema_probe
-from ..write.merge import Commit, CommitRequest, RunOptions, append_output, begin_refresh
+from ..write.merge import Commit, CommitRequest, append_output
+from ..write.refresh import RunOptions, begin_refresh
 
 MAPPED_PREFIX = "_fkjoin_mk"
 BOOTSTRAP_KIND = "global_table_bootstrap"

@@ -85,7 +85,7 @@ def _history_entry(entry: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def scan_output_log(table: deltalake.DeltaTable, location: str) -> HistoryScan:
-    """The engine's :func:`.commit_log.scan_history` over an output's log read with ``deltalake``: the
+    """The engine's :func:`.progress.scan_history` over an output's log read with ``deltalake``: the
     newest :data:`NOOP_CHECK_WINDOW` commits first, the engine's whole scan window only when those hold
     no refresh (so a busy output costs one small read, as the newest commit is usually the refresh's)."""
     from ..core.progress import HISTORY_SCAN as ENGINE_SCAN

@@ -9,7 +9,7 @@ Public APIs cannot do three things the engine needs:
   is not on the local file system (local tables are read with ``deltalake``, which has a public API):
   from the table's snapshot through py4j, or over Spark Connect from the log's files
   (:func:`transaction_version_from_log`, the Delta protocol's checkpoint and commit format);
-* commit a refresh's net changes without MERGE (:mod:`.change_writer`): list the output's files,
+* commit a refresh's net changes without MERGE (:mod:`.net_changes`): list the output's files,
   locate rows by file and row index, write deletion vectors (Delta's own DELETE/UPDATE helpers), new
   rows and change data, and commit them with a ``SetTransaction`` as one ``UPDATE``
   (:class:`OutputTransaction`).
@@ -303,7 +303,7 @@ class OutputTransaction:
 
     def commit(self, action_groups: list[Any], app_id: str, seq: int) -> int:
         """Commit the actions with the refresh's ``SetTransaction`` as one ``UPDATE`` commit; returns its
-        version. The commit's user metadata comes from the session (:func:`.commit_log.commit_settings`).
+        version. The commit's user metadata comes from the session (:func:`.progress.commit_settings`).
         """
         jvm = self._jvm
         actions = jvm.java.util.ArrayList()

@@ -15,7 +15,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from ...core.spec import WindowedJoinSpec
-from ...write.merge import RunOptions
+from ...write.refresh import RunOptions
 from .self_join import run_windowed_join_as_self_join
 from .stream import run_windowed_stream_join
 from .table import run_windowed_table_join

@@ -19,7 +19,7 @@ The observed times before and after each row come from the numbering's own windo
 No state is kept besides the times in the output's progress: an inner join has no pending rows.
 
 Everything else (reading the change feed, the checks, progress, the exactly-once append) is the stream
-join's (:mod:`.windowed_stream`). A ``windowed_join`` of one table with itself runs as this one unless
+join's (:mod:`.stream`). A ``windowed_join`` of one table with itself runs as this one unless
 its spec says ``optimize: false``; its result then says ``"optimized": "self_join"``.
 
 Example::
@@ -42,7 +42,7 @@ from pyspark.sql import functions as F
 from ...core.spec import EVENT_TIME, SelfJoinSpec, WindowedJoinSpec, quote
 from ...delta.changes import maybe_broadcast
 from ...delta.tables import DeltaHandle
-from ...write.merge import RunOptions
+from ...write.refresh import RunOptions
 from .stream import _LEFT_ROW, _NULL, _POS, _T, SIDES, StreamJoinRefresh, run_event_join
 
 _OBS_BEFORE = "_fkjoin_obs_before"

@@ -62,7 +62,8 @@ from ...delta.changes import maybe_broadcast, read_feed
 from ...delta.state_tables import StateTable
 from ...delta.tables import DeltaHandle, TableState, input_frame, null_of, pinned_input, require_columns
 from ...runtime.expressions import analysed, check_expressions, schema_probe
-from ...write.merge import Commit, RefreshContext, RunOptions, append_output, begin_refresh
+from ...write.merge import Commit, append_output
+from ...write.refresh import RefreshContext, RunOptions, begin_refresh
 
 SIDES = ("left", "right")
 _SIDE = "_fkjoin_side"  # 0: left, 1: right

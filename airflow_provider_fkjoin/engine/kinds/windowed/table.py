@@ -39,7 +39,8 @@ from ...core.trace import phase
 from ...delta.changes import ChangedKeys, check_keys, maybe_broadcast
 from ...delta.tables import DeltaHandle, TableState, key_is_null, pinned_input, require_columns
 from ...runtime.expressions import analysed, check_expressions, schema_probe
-from ...write.merge import PRESENT, RunOptions, begin_refresh, merge_output, write_full_output
+from ...write.merge import PRESENT, merge_output, write_full_output
+from ...write.refresh import RunOptions, begin_refresh
 from ..fk_join import JoinInput, read_changes, read_input, run_foreign_key_join
 from ..fk_join import expected_output as fk_expected_output
 
