@@ -20,11 +20,10 @@ if [ "${1:-}" = "--all" ]; then
 fi
 export HYPOTHESIS_PROFILE="$profile"
 # Two pytest workers (one SparkSession each) keep the 2-core machine busy while the other waits on
-# Spark's fixed per-job latency. --dist loadgroup with the groups tests/conftest.py sets keeps a module's
-# shared tables on one worker, and spreads the end-to-end DAG tests over both.
+# Spark's fixed per-job latency; --dist loadfile keeps a module's shared tables on one worker.
 # FKJOIN_TEST_WORKERS=0 runs everything in this process.
 workers="${FKJOIN_TEST_WORKERS:-2}"
 if [ "$workers" = "0" ]; then
   exec .venv/bin/python -m pytest ${tier[@]+"${tier[@]}"} "$@"
 fi
-exec .venv/bin/python -m pytest -n "$workers" --dist loadgroup --durations=25 ${tier[@]+"${tier[@]}"} "$@"
+exec .venv/bin/python -m pytest -n "$workers" --dist loadfile --durations=25 ${tier[@]+"${tier[@]}"} "$@"

@@ -32,12 +32,12 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 TESTS = Path(__file__).resolve().parent
 #: Every test in these files is in the slow tier: a subprocess killed at every phase, every example DAG run
-#: twice with ``airflow dags test``.
+#: twice with ``airflow dags test`` (one file per DAG, so that the two workers share them).
 SLOW_PATHS = (
     "test_fk_crash.py",
     "test_multiway_crash.py",
     "test_windowed_crash.py",
-    "airflow/test_dags_e2e.py",
+    "airflow/test_dags_",
 )
 #: Real servers: Airflow's api-server, scheduler and triggerer; a Spark Connect server; a standalone cluster.
 E2E_PATHS = ("e2e/",)
@@ -47,10 +47,6 @@ FAST_CRASH_PHASES = {
     "test_multiway_crash.py": "committing",
     "test_windowed_crash.py": "state_written",
 }
-#: Modules whose tests ``airflow dags test`` one DAG each: spread over both workers, one DAG per group.
-SPREAD_PATHS = ("airflow/test_dags_e2e.py",)
-#: Tests of a spread module that share one DAG's output run together.
-SPREAD_TOGETHER = {"test_downstream_report_on_the_join_asset": "test_kip213_fk_join_full_then_incremental"}
 
 
 def _tier(path: str, item: pytest.Item) -> str | None:
@@ -64,20 +60,11 @@ def _tier(path: str, item: pytest.Item) -> str | None:
     return None
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark each test with its tier, and group tests for the workers: a module's tests share one worker
-    (its module fixtures are built once) except in :data:`SPREAD_PATHS`, where each DAG gets its own."""
-    for item in items:
-        path = Path(str(item.fspath)).resolve().relative_to(TESTS).as_posix()
-        tier = _tier(path, item)
-        if tier is not None:
-            item.add_marker(getattr(pytest.mark, tier))
-        group = path
-        if path.startswith(SPREAD_PATHS):
-            name = item.originalname if hasattr(item, "originalname") else item.name
-            group = f"{path}::{SPREAD_TOGETHER.get(name, name)}"
-        item.add_marker(pytest.mark.xdist_group(group))
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """Mark each test with its tier as it is collected."""
+    tier = _tier(Path(str(item.fspath)).resolve().relative_to(TESTS).as_posix(), item)
+    if tier is not None:
+        item.add_marker(getattr(pytest.mark, tier))
 
 
 @pytest.fixture(scope="session")
