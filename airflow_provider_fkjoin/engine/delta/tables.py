@@ -398,3 +398,17 @@ def pinned_input(
         state.cdf_enabled,
         schema_columns(schema),
     )
+
+
+def cdf_off_warnings(inputs: dict[str, tuple[DeltaHandle, TableState]]) -> list[str]:
+    """The warning for each input whose change data feed is off: every refresh of the join rebuilds.
+
+    >>> cdf_off_warnings({"right": (customers, customers.state())})
+    ['change data feed is off on input right (/w/customers): every refresh will be a full rebuild; ...']
+    """
+    return [
+        f"change data feed is off on input {name} ({handle.location}): every refresh will be a full rebuild; "
+        "enable it with ALTER TABLE ... SET TBLPROPERTIES (delta.enableChangeDataFeed = true)"
+        for name, (handle, state) in inputs.items()
+        if not state.cdf_enabled
+    ]

@@ -34,7 +34,15 @@ from ..core.spec import ForeignKeyJoinSpec, SourceRef, quote
 from ..core.trace import phase
 from ..delta import changelog as cl
 from ..delta.changes import ChangedKeys, changed_keys, check_keys, feed_errors, maybe_broadcast
-from ..delta.tables import DeltaHandle, TableState, input_frame, key_is_null, pinned_input, require_columns
+from ..delta.tables import (
+    DeltaHandle,
+    TableState,
+    cdf_off_warnings,
+    input_frame,
+    key_is_null,
+    pinned_input,
+    require_columns,
+)
 from ..runtime.expressions import analysed, check_expressions, schema_probe
 from ..write.merge import PRESENT, Commit, CommitRequest, merge_output, write_full_output
 from ..write.net_changes import NetChanges, net_changes
@@ -223,12 +231,7 @@ def run_foreign_key_join(
     }
     left_df, right_df = sides["left"].rows, sides["right"].rows
     shape = resolve_shape(spec, left, right, left_df, right_df)
-    warnings = [
-        f"change data feed is off on input {side} ({handle.location}): every refresh will be a full rebuild; "
-        f"enable it with ALTER TABLE ... SET TBLPROPERTIES (delta.enableChangeDataFeed = true)"
-        for side, handle in (("left", left), ("right", right))
-        if not states[side].cdf_enabled
-    ]
+    warnings = cdf_off_warnings({"left": (left, states["left"]), "right": (right, states["right"])})
     warnings += [
         f"input {side} ({sides[side].handle.location}) is a changelog source: each refresh reduces its "
         "whole log to the latest event per key; bootstrap it into a global table (global_table_bootstrap) "

@@ -45,6 +45,7 @@ from ..delta.changes import (
 from ..delta.tables import (
     DeltaHandle,
     TableState,
+    cdf_off_warnings,
     input_frame,
     key_is_null,
     pinned_input,
@@ -123,12 +124,7 @@ def run_global_table_bootstrap(
     phase("pinned")
     source_df = input_frame(source, state)
     shape = resolve_source(spec.source, source, source_df)
-    warnings: list[str] = []
-    if not state.cdf_enabled:
-        warnings.append(
-            f"change data feed is off on source {source.location}: every refresh will be a full rebuild; "
-            "enable it with ALTER TABLE ... SET TBLPROPERTIES (delta.enableChangeDataFeed = true)"
-        )
+    warnings = cdf_off_warnings({SIDE: (source, state)})
 
     current = {SIDE: pinned_input(source, state, source_df.schema, high_watermark)}
     refresh, plan = begin_refresh(spec, output, current, options, started, warnings)

@@ -51,7 +51,14 @@ from ..core.spec import MultiWayInput, MultiWayJoinSpec, quote
 from ..core.trace import phase
 from ..delta import changelog as cl
 from ..delta.changes import ChangedKeys, check_keys, cut_lineage, feed_errors, maybe_broadcast
-from ..delta.tables import DeltaHandle, TableState, key_is_null, pinned_input, require_columns
+from ..delta.tables import (
+    DeltaHandle,
+    TableState,
+    cdf_off_warnings,
+    key_is_null,
+    pinned_input,
+    require_columns,
+)
 from ..write.merge import PRESENT, merge_output, write_full_output
 from ..write.net_changes import CHANGE, PRE_IMAGE, NetChanges, net_changes
 from ..write.refresh import RefreshContext, RunOptions, begin_refresh
@@ -248,12 +255,7 @@ def run_multiway_join(spec: MultiWayJoinSpec, spark: SparkSession, options: RunO
     sides = {name: read_input(refs[name], handles[name], states[name]) for name in refs}
     shape = resolve_shape(spec, {name: side.rows for name, side in sides.items()}, handles)
     warnings = list(spec.notes)
-    warnings += [
-        f"change data feed is off on input {name} ({handles[name].location}): every refresh will be a full "
-        "rebuild; enable it with ALTER TABLE ... SET TBLPROPERTIES (delta.enableChangeDataFeed = true)"
-        for name in refs
-        if not states[name].cdf_enabled
-    ]
+    warnings += cdf_off_warnings({name: (handles[name], states[name]) for name in refs})
     current = {name: pinned_input(handles[name], states[name], sides[name].raw.schema) for name in refs}
     refresh, plan = begin_refresh(spec, output, current, options, started, warnings)
     if plan.mode == "noop":
