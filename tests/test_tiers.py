@@ -1,4 +1,4 @@
-"""The tier table in ``tests/conftest.py`` names tests that exist: a renamed test would leave the slow tier
+"""The tier table in ``tests/tiers.py`` names tests that exist: a renamed test would leave the slow tier
 silently and make the fast one slower."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from conftest import SLOW_PATHS, SLOW_TESTS
+from tiers import SLOW_PATHS, SLOW_TESTS
 
 TESTS = Path(__file__).resolve().parent
 
