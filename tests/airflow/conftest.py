@@ -10,7 +10,7 @@ import tempfile
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -20,6 +20,9 @@ os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 
 
 from airflow_support import record_refresh, write_table  # noqa: F401
+
+if TYPE_CHECKING:
+    from dags_support import Airflow
 
 
 @pytest.fixture
@@ -91,3 +94,13 @@ def fake_spark_submit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterat
     fake = Fake()
     fake.scenario()
     yield fake
+
+
+@pytest.fixture(scope="module")
+def airflow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Airflow]:
+    """An isolated Airflow installation (SQLite, migrated) for one end-to-end DAG test module."""
+    from dags_support import Airflow
+
+    installation = Airflow(tmp_path_factory.mktemp("airflow-home"))
+    installation.run("db", "migrate")
+    yield installation

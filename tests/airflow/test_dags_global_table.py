@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -13,13 +12,6 @@ from airflow_provider_fkjoin.engine.logs.watermarks import progress
 
 # Spark and Airflow start several JVMs and interpreters per DAG run: allow for a busy machine.
 pytestmark = pytest.mark.timeout(2400)
-
-
-@pytest.fixture(scope="module")
-def airflow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Airflow]:
-    installation = Airflow(tmp_path_factory.mktemp("airflow-home"))
-    installation.run("db", "migrate")
-    yield installation
 
 
 def products_as_of(cdc: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -14,13 +13,6 @@ from airflow_provider_fkjoin.engine.logs.watermarks import progress
 
 # Spark and Airflow start several JVMs and interpreters per DAG run: allow for a busy machine.
 pytestmark = pytest.mark.timeout(2400)
-
-
-@pytest.fixture(scope="module")
-def airflow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Airflow]:
-    installation = Airflow(tmp_path_factory.mktemp("airflow-home"))
-    installation.run("db", "migrate")
-    yield installation
 
 
 # -- N-way join (Joinery): businesses, their reviews and their owners ----------------------------------
