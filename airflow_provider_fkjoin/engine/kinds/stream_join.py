@@ -41,7 +41,7 @@ from typing import Any
 from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
-from ..core.errors import FullRebuildRefusedError, SpecError, TableNotBootstrappedError
+from ..core.errors import SpecError, TableNotBootstrappedError
 from ..core.planning import RebuildRequired, RefreshPlan
 from ..core.progress import InputProgress, read_progress
 from ..core.spec import StreamTableJoinSpec, TableRef, quote
@@ -61,7 +61,7 @@ from ..delta.tables import (
 from ..logs import watermarks
 from ..runtime.expressions import analysed, check_expressions, schema_probe
 from ..write.merge import Commit, CommitRequest, append_output
-from ..write.refresh import RunOptions, begin_refresh
+from ..write.refresh import RunOptions, begin_refresh, refuse_replacing_append_only
 
 MAPPED_PREFIX = "_fkjoin_mk"
 BOOTSTRAP_KIND = "global_table_bootstrap"
@@ -372,11 +372,12 @@ def run_stream_table_join(
             return result(plan, commit.version, rows)
 
     if output.exists() and not (spec.allow_full_replace or options.full_refresh):
-        raise FullRebuildRefusedError(
-            f"stream_table_join output {output.location} is append-only, and this refresh would have to "
-            f"replace it ({plan.reason}); nothing was written. Replacing re-joins every stream record "
-            "against the table as it is now, so earlier lookups change. To do it, run once with "
-            "full_refresh (fkjoin run --full-refresh), or set allow_full_replace: true"
+        refuse_replacing_append_only(
+            spec.kind,
+            output,
+            plan.reason,
+            "Replacing re-joins every stream record against the table as it is now, so earlier lookups "
+            "change.",
         )
     commit, rows = _full(
         spec, shape, stream_df, lookup, output, warnings, refresh.request("full", plan.reason)

@@ -15,6 +15,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from ..core.errors import FullRebuildRefusedError
 from ..core.planning import InputState, RefreshPlan, plan_refresh, refresh_result
 from ..core.progress import (
     InputProgress,
@@ -229,3 +230,15 @@ def begin_refresh(
         spec_fields,
     )
     return refresh, plan
+
+
+def refuse_replacing_append_only(kind: str, output: DeltaHandle, reason: str, consequence: str) -> None:
+    """Refuse, before anything is written, a full rebuild that would replace an append-only output.
+
+    ``consequence`` says what replacing would change for the rows earlier refreshes appended.
+    """
+    raise FullRebuildRefusedError(
+        f"{kind} output {output.location} is append-only, and this refresh would have to replace it "
+        f"({reason}); nothing was written. {consequence} To do it, run once with full_refresh "
+        "(fkjoin run --full-refresh), or set allow_full_replace: true"
+    )

@@ -54,7 +54,7 @@ from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from ...core.errors import FullRebuildRefusedError, InputDataError, SpecError
+from ...core.errors import InputDataError, SpecError
 from ...core.planning import RebuildRequired, RefreshPlan
 from ...core.spec import EVENT_TIME, EventStreamRef, WindowedJoinSpec, quote
 from ...core.trace import phase
@@ -63,7 +63,7 @@ from ...delta.state_tables import StateTable
 from ...delta.tables import DeltaHandle, TableState, input_frame, null_of, pinned_input, require_columns
 from ...runtime.expressions import analysed, check_expressions, schema_probe
 from ...write.merge import Commit, append_output
-from ...write.refresh import RefreshContext, RunOptions, begin_refresh
+from ...write.refresh import RefreshContext, RunOptions, begin_refresh, refuse_replacing_append_only
 
 SIDES = ("left", "right")
 _SIDE = "_fkjoin_side"  # 0: left, 1: right
@@ -269,11 +269,12 @@ def run_event_join(
             phase("committed")
             return refresh.result(plan, commit.version, rows)
     if output.exists() and not (spec.allow_full_replace or options.full_refresh):
-        raise FullRebuildRefusedError(
-            f"{identity.kind} output {output.location} is append-only, and this refresh would have to "
-            f"replace it ({plan.reason}); nothing was written. Replacing re-runs the join over every input "
-            "row as one refresh, so rows emitted by earlier refreshes may differ. To do it, run once with "
-            "full_refresh (fkjoin run --full-refresh), or set allow_full_replace: true"
+        refuse_replacing_append_only(
+            identity.kind,
+            output,
+            plan.reason,
+            "Replacing re-runs the join over every input row as one refresh, so rows emitted by earlier "
+            "refreshes may differ.",
         )
     commit, rows = join(plan, CarriedState.empty()).run(refresh, replace=output.exists())
     phase("committed")
