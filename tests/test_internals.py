@@ -10,6 +10,7 @@ import deltalake
 import pytest
 
 from airflow_provider_fkjoin.engine.runtime import internals
+from airflow_provider_fkjoin.engine.write.net_changes import file_layout
 
 
 def test_runtime_is_a_tested_version(spark) -> None:
@@ -87,12 +88,13 @@ def test_output_transaction_deletes_by_position_and_commits_one_update(spark, wa
     )
     transaction = internals.OutputTransaction(spark, path)
     assert transaction.version == 0
-    assert transaction.layout(1 << 30, 2.0, 0.05, 1) == {"files": 1, "small_files": 1, "files_over_ratio": 0}
-    assert transaction.layout(1 << 30, 0.25, 0.05, 1)["small_files"] == 0
+    layout = file_layout(transaction.files(), small_file_share=2.0, dv_min_rows=1)
+    assert layout == {"files": 1, "small_files": 1, "files_over_ratio": 0}
+    assert file_layout(transaction.files(), small_file_share=0.25, dv_min_rows=1)["small_files"] == 0
     live = transaction.live_rows()
     located = live.where("id IN (1, 4)").select("_fkjoin_file", "_fkjoin_row")
     assert sorted(r["_fkjoin_row"] for r in located.collect()) == [1, 4]
-    dv_actions = transaction.deletion_vectors(located)
+    dv_actions = transaction.deletion_vectors(transaction.rows_to_delete(located))
     rows = spark.createDataFrame(
         [(1, 11, None), (1, 11, "update_postimage"), (1, 10, "update_preimage"), (4, 40, "delete")],
         "id long, v long, _change_type string",
@@ -138,3 +140,18 @@ def test_a_transaction_that_read_its_txn_version_conflicts_with_an_empty_commit_
     with pytest.raises(Exception) as raised:
         second.commit([], "probe-app", 1)
     assert internals.is_concurrent_modification(raised.value)
+
+
+def test_observed_metrics_are_read_without_waiting(spark) -> None:
+    """After an action, an observation's metrics are there; before any action ran the observed frame,
+    reading says so (None) instead of waiting forever as ``Observation.get`` would."""
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F
+
+    ran = Observation()
+    spark.range(5).observe(ran, F.count(F.lit(1)).alias("rows")).collect()
+    assert internals.observation_metrics(ran) == {"rows": 5}
+
+    never = Observation()
+    spark.range(5).observe(never, F.count(F.lit(1)).alias("rows"))
+    assert internals.observation_metrics(never) is None

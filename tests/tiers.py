@@ -19,6 +19,9 @@ E2E_PATHS = ("e2e/",)
 #: In-process Spark tests in the slow tier: the scenarios that run many refreshes (each over 15 s of a busy
 #: 2-core machine). Each module keeps its quicker tests in the fast tier, and every kind keeps at least one.
 SLOW_TESTS: dict[str, set[str]] = {
+    "test_action_counts.py": {
+        "test_a_small_foreign_key_refresh_runs_a_few_spark_actions",
+    },
     "airflow/test_sensor_trigger.py": {
         "test_the_goal_never_drifts_across_reschedules_and_is_new_on_the_next_try",
     },

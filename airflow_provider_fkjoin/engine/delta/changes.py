@@ -13,12 +13,14 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from pyspark import StorageLevel
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, Observation, Row
 from pyspark.sql import functions as F
 
 from ..core.errors import FkJoinError, InputDataError
 from ..core.planning import RebuildRequired, cdf_unavailable_reason
 from ..core.spec import quote
+from ..runtime.internals import observation_metrics
+from ..runtime.session import is_connect
 from .tables import LIVE_CHANGE_TYPES, DeltaHandle, key_is_null
 
 BROADCAST_LIMIT_ROWS = 2_000_000
@@ -103,6 +105,18 @@ class ChangedKeys:
 PRE_IMAGE_TYPES = ("update_preimage", "delete")
 
 
+@dataclass(frozen=True)
+class FeedRequest:
+    """One input's change feed to reduce to changed keys: ``table``'s versions ``after+1..to`` by
+    ``key``, with each key's first and last images of ``image_columns`` when given."""
+
+    table: DeltaHandle
+    key: list[str]
+    after: int
+    to: int
+    image_columns: list[str] | None = None
+
+
 def changed_keys(
     table: DeltaHandle,
     key: list[str],
@@ -122,14 +136,37 @@ def changed_keys(
     >>> changed_keys(orders, ["order_id"], 4, 6, orders_columns).before.collect()  # order 7 updated at v5
     [Row(order_id=7, customer_id=3, status='placed')]
     """
-    with feed_errors(table, after_version, to_version):
-        return _changed_keys(table, key, after_version, to_version, image_columns)
+    return changed_keys_of([FeedRequest(table, key, after_version, to_version, image_columns)])[0]
 
 
-def _changed_keys(
-    table: DeltaHandle, key: list[str], after_version: int, to_version: int, image_columns: list[str] | None
-) -> ChangedKeys:
-    feed = table.changes(after_version, to_version)
+def changed_keys_of(requests: list[FeedRequest]) -> list[ChangedKeys]:
+    """:func:`changed_keys` for several feeds, read, cached and counted by one Spark action.
+
+    >>> left, right = changed_keys_of([FeedRequest(orders, ["order_id"], 4, 6),
+    ...                                FeedRequest(customers, ["customer_id"], 2, 3)])
+    """
+    grouped: list[DataFrame] = []
+    try:
+        for request in requests:
+            with feed_errors(request.table, request.after, request.to):
+                grouped.append(_grouped_feed(request))
+        stats = _feed_stats(requests, grouped)
+    except BaseException:
+        # a vacuumed feed fails here, after the caches were registered: a long-lived session must not
+        # keep them
+        for frame in grouped:
+            frame.unpersist()
+        raise
+    return [
+        _changed(request, frame, stats.get(index, []))
+        for index, (request, frame) in enumerate(zip(requests, grouped, strict=True))
+    ]
+
+
+def _grouped_feed(request: FeedRequest) -> DataFrame:
+    """The feed grouped by key (cached when first computed): rows, live rows, first and last images."""
+    key, image_columns = request.key, request.image_columns
+    feed = request.table.changes(request.after, request.to)
     live = F.col("_change_type").isin(*LIVE_CHANGE_TYPES).cast("long")
     aggregates = [F.count(F.lit(1)).alias("_fkjoin_rows"), F.sum("_fkjoin_live").alias("_fkjoin_live")]
     if image_columns is not None:
@@ -140,27 +177,52 @@ def _changed_keys(
         order = F.struct(F.col("_commit_version"), before)
         aggregates.append(F.min_by(packed, order).alias("_fkjoin_first"))
         aggregates.append(F.max_by(packed, order).alias("_fkjoin_last"))
-    grouped = (
+    return (
         feed.withColumn("_fkjoin_live", live)
         .withColumn("_fkjoin_null", key_is_null(key))
         .groupBy(*[quote(c) for c in key], "_fkjoin_null")
         .agg(*aggregates)
         .persist(StorageLevel.MEMORY_AND_DISK)
     )
-    try:
-        stats = (
-            grouped.groupBy("_fkjoin_null")
-            .agg(
-                F.count(F.lit(1)).alias("keys"),
-                F.sum("_fkjoin_rows").alias("rows"),
-                F.sum("_fkjoin_live").alias("live"),
-            )
-            .collect()
+
+
+def _feed_stats(requests: list[FeedRequest], grouped: list[DataFrame]) -> dict[int, list[Row]]:
+    """Each grouped feed's keys, rows and live rows, by null-key flag: one action fills every cache.
+    When it fails for a feed that cannot serve its range, each feed is read alone to name the table."""
+    parts = [
+        frame.groupBy("_fkjoin_null")
+        .agg(
+            F.count(F.lit(1)).alias("keys"),
+            F.sum("_fkjoin_rows").alias("rows"),
+            F.sum("_fkjoin_live").alias("live"),
         )
-    except BaseException:
-        # a vacuumed feed fails here, after the cache was registered: a long-lived session must not keep it
-        grouped.unpersist()
+        .withColumn("_fkjoin_feed", F.lit(index))
+        for index, frame in enumerate(grouped)
+    ]
+    if not parts:
+        return {}
+    try:
+        union = parts[0]
+        for part in parts[1:]:
+            union = union.unionByName(part)
+        rows = union.collect()
+    except FkJoinError:
         raise
+    except Exception as exc:
+        if not is_feed_unavailable(exc) or len(parts) == 1:
+            with feed_errors(requests[0].table, requests[0].after, requests[0].to):
+                raise
+        for request, part in zip(requests, parts, strict=True):
+            with feed_errors(request.table, request.after, request.to):
+                part.collect()
+        raise
+    stats: dict[int, list[Row]] = {}
+    for row in rows:
+        stats.setdefault(int(row["_fkjoin_feed"]), []).append(row)
+    return stats
+
+
+def _changed(request: FeedRequest, grouped: DataFrame, stats: list[Row]) -> ChangedKeys:
     count = change_rows = null_keys = 0
     for row in stats:
         change_rows += int(row["rows"] or 0)
@@ -168,6 +230,7 @@ def _changed_keys(
             null_keys += int(row["live"] or 0)
         else:
             count += int(row["keys"])
+    key, image_columns = request.key, request.image_columns
     keys = grouped.where(~F.col("_fkjoin_null")).select(*[quote(c) for c in key])
     images = last_images = None
     if image_columns is not None:
@@ -245,3 +308,53 @@ def check_keys(
             "deduplicate it (e.g. MERGE the latest row per key) and rerun; nothing was written."
         )
     return KeyCounts(int(summary["rows"] or 0), nulls)
+
+
+@dataclass(frozen=True)
+class KeyedRows:
+    """Rows reduced to one per key, whose duplicate-key check is taken on the way of a later action
+    (``DataFrame.observe``) instead of an action of its own.
+
+    ``rows`` has ``source``'s columns, one row per key. Once an action has read it, :meth:`verify`
+    raises the :class:`InputDataError` that :func:`check_keys` raises for ``source`` (with examples)
+    when a key repeated, and returns the number of rows. When no action ran it (an optimiser pruned
+    the branch, or a Spark Connect session, where nothing is observed), :meth:`verify` runs
+    :func:`check_keys` itself.
+
+    >>> affected = one_row_per_key(orders_hit, ["order_id"], orders, 7)
+    >>> commit(affected.rows); affected.verify()  # doctest: +SKIP
+    12
+    """
+
+    rows: DataFrame
+    source: DataFrame
+    key: list[str]
+    table: DeltaHandle
+    version: int
+    observation: Observation | None
+
+    def verify(self) -> int:
+        found = None if self.observation is None else observation_metrics(self.observation)
+        if found is None or found["duplicates"]:
+            return check_keys(self.source, self.key, self.table, self.version, count_nulls=False).rows
+        return int(found["rows"] or 0)
+
+
+def one_row_per_key(frame: DataFrame, key: list[str], table: DeltaHandle, version: int) -> KeyedRows:
+    """``frame`` grouped by ``key`` (one row per key, any of a repeated key's rows), with the count of
+    repeated keys and of rows observed; see :class:`KeyedRows`."""
+    values = [c for c in frame.columns if c not in key]
+    per_key = F.col("_fkjoin_n")
+    grouped = frame.groupBy(*[quote(c) for c in key]).agg(
+        F.count(F.lit(1)).alias("_fkjoin_n"), *[F.first(quote(c)).alias(c) for c in values]
+    )
+    observation = None
+    if not is_connect(frame.sparkSession):
+        observation = Observation()
+        grouped = grouped.observe(
+            observation,
+            F.count_if((per_key > 1) & ~key_is_null(key)).alias("duplicates"),
+            F.sum(per_key).alias("rows"),
+        )
+    rows = grouped.select(*[quote(c) for c in frame.columns])
+    return KeyedRows(rows, frame, key, table, version, observation)

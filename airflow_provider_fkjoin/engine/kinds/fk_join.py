@@ -33,7 +33,16 @@ from ..core.planning import RebuildRequired, RefreshPlan
 from ..core.spec import ForeignKeyJoinSpec, SourceRef, quote
 from ..core.trace import phase
 from ..delta import changelog as cl
-from ..delta.changes import ChangedKeys, changed_keys, check_keys, feed_errors, maybe_broadcast
+from ..delta.changes import (
+    ChangedKeys,
+    FeedRequest,
+    KeyedRows,
+    changed_keys_of,
+    check_keys,
+    feed_errors,
+    maybe_broadcast,
+    one_row_per_key,
+)
 from ..delta.tables import (
     DeltaHandle,
     TableState,
@@ -326,8 +335,11 @@ def _incremental(
     direct = refresh.direct_write_possible(*[side.changelog is None for side in sides.values()])
     empty: list[ChangedKeys] = []
     try:
-        left_changes = read_changes(sides["left"], shape.left_key, left_from, empty, images=direct)
-        right_changes = read_changes(sides["right"], shape.right_key, right_from, empty, images=direct)
+        left_changes, right_changes = read_changes_of(
+            [(sides["left"], shape.left_key, left_from), (sides["right"], shape.right_key, right_from)],
+            empty,
+            images=direct,
+        )
     except BaseException:
         # a vacuumed feed rebuilds, any other failure (a bad changelog op) propagates: either way, what
         # was already cached is released
@@ -344,10 +356,12 @@ def _incremental(
         if direct:
             old = _previous_output(spec, shape, affected, left_changes, right_changes)
             net = net_changes(old, affected.joined, shape.left_key, shape.value_columns)
+            recomputed = affected.verify()
         phase("merge_started")
         commit = refresh.commit_net_changes(net, shape.left_key, request) if net is not None else None
         if commit is None:
             source = _merge_source(affected, cached)
+            recomputed = affected.verify()
             commit = merge_output(output, source, shape.left_key, shape.value_columns, request)
     finally:
         if net is not None:
@@ -364,7 +378,7 @@ def _incremental(
         null_right=right_changes.null_keys,
         changes_left=left_changes.change_rows,
         changes_right=right_changes.change_rows,
-        recomputed=affected.count,
+        recomputed=recomputed,
     )
     return commit, rows
 
@@ -378,21 +392,38 @@ def read_changes(
     A changelog key with any new event is re-read from the log's latest state, so late events (which
     change nothing) and a rewritten log are handled by the same re-read. New events' ops are checked.
     """
-    table, to = side.handle, side.version
-    if after == to:
-        nothing = table.read(to).limit(0)
-        empty = nothing.select(*[quote(c) for c in key])
-        before = side.rows.limit(0) if images else None
-        found = ChangedKeys(keys=empty, count=0, change_rows=0, null_keys=0, cached=empty, before=before)
-        opened.append(found)
-        return found
-    found = changed_keys(table, key, after, to, side.rows.columns if images else None)
-    opened.append(found)
-    if side.changelog is not None:
-        with feed_errors(table, after, to):
-            events = table.changes(after, to).where(F.col("_change_type") == "insert")
-            cl.check_events(events, side.changelog, table)
-    return found
+    return read_changes_of([(side, key, after)], opened, images=images)[0]
+
+
+def read_changes_of(
+    reads: list[tuple[JoinInput, list[str], int]], opened: list[ChangedKeys], *, images: bool
+) -> list[ChangedKeys]:
+    """:func:`read_changes` for several sides: (side, key, after version) each, in one Spark action."""
+    found: dict[int, ChangedKeys] = {}
+    requests: list[tuple[int, FeedRequest]] = []
+    for index, (side, key, after) in enumerate(reads):
+        if after == side.version:
+            nothing = side.handle.read(side.version).limit(0)
+            empty = nothing.select(*[quote(c) for c in key])
+            before = side.rows.limit(0) if images else None
+            found[index] = ChangedKeys(
+                keys=empty, count=0, change_rows=0, null_keys=0, cached=empty, before=before
+            )
+            opened.append(found[index])
+        else:
+            columns = side.rows.columns if images else None
+            requests.append((index, FeedRequest(side.handle, key, after, side.version, columns)))
+    if requests:
+        for (index, _), changes in zip(requests, changed_keys_of([r for _, r in requests]), strict=True):
+            found[index] = changes
+            opened.append(changes)
+    for side, _, after in reads:
+        if side.changelog is not None and after != side.version:
+            table = side.handle
+            with feed_errors(table, after, side.version):
+                events = table.changes(after, side.version).where(F.col("_change_type") == "insert")
+                cl.check_events(events, side.changelog, table)
+    return [found[index] for index in range(len(reads))]
 
 
 @dataclass(frozen=True)
@@ -401,15 +432,22 @@ class Affected:
 
     ``left_rows``: the current left rows to re-join (with FK columns); ``right_rows``: the current right
     rows they (and the previous left rows) reference; ``joined``: their new output rows; ``keys``: every
-    affected key, including changed left keys that no longer exist.
+    affected key, including changed left keys that no longer exist. ``checks``: the duplicate-key
+    checks of the left and right rows, taken by the action that computes ``joined``.
     """
 
     left_rows: DataFrame
     right_rows: DataFrame
     joined: DataFrame
     keys: DataFrame
-    count: int
+    checks: tuple[KeyedRows, ...] = ()
     previous_left: DataFrame | None = None
+
+    def verify(self) -> int:
+        """Fail on duplicate keys among the rows read (nothing is written yet); the left rows re-joined.
+        Call it after the action that read ``joined``."""
+        counts = [check.verify() for check in self.checks]
+        return counts[0] if counts else 0
 
 
 def _affected(
@@ -424,13 +462,17 @@ def _affected(
     right_changes: ChangedKeys,
     cached: list[DataFrame],
 ) -> Affected:
-    """The affected left keys (changed, or pointing at a changed right key) and their new output rows."""
+    """The affected left keys (changed, or pointing at a changed right key) and their new output rows.
+
+    Nothing runs here: the frames are cached when the action that computes the net changes (or the
+    MERGE source) first reads them, and their duplicate-key checks are observed on the way.
+    """
     left_key_cols = list(shape.left_key)
     if left_changes.count == 0 and right_changes.count == 0:
         none = _with_fk(left_df.limit(0), shape)
         right_none = right_df.limit(0)
         joined = _join(none, right_none, shape, spec.how)
-        return Affected(none, right_none, joined, none.select(*left_key_cols), 0, none)
+        return Affected(none, right_none, joined, none.select(*left_key_cols), (), none)
 
     flags = []
     if left_changes.count:
@@ -451,9 +493,11 @@ def _affected(
     for frame, on, flag in flags:
         scan = scan.join(frame, on=on, how="left")
         hit = hit | F.coalesce(F.col(flag), F.lit(False))
-    affected = scan.where(hit).drop(*[flag for _, _, flag in flags]).persist()
+    left_check = one_row_per_key(
+        scan.where(hit).drop(*[flag for _, _, flag in flags]), shape.left_key, left, to_versions["left"]
+    )
+    affected = left_check.rows.persist()
     cached.append(affected)
-    affected_count = check_keys(affected, shape.left_key, left, to_versions["left"], count_nulls=False).rows
 
     previous_left = None
     if left_changes.before is not None:
@@ -461,7 +505,8 @@ def _affected(
             _with_fk(left_changes.before, shape)
         )
     # Right rows referenced by an affected left row (now or, for a net-change commit, before), and every
-    # changed right key (for the duplicate check).
+    # changed right key (for the duplicate check). At most two per changed left key (its new and its
+    # previous foreign key) and one per changed right key.
     needed = affected.select(
         *[F.col(fk).alias(rk) for fk, rk in zip(shape.fk_columns, shape.right_key, strict=True)]
     )
@@ -475,23 +520,24 @@ def _affected(
     if right_changes.count:
         needed = needed.unionByName(right_changes.keys.select(*[quote(c) for c in shape.right_key]))
     needed = needed.distinct()
-    right_rows = (
-        right_df.where(~key_is_null(shape.right_key))
-        .join(
-            maybe_broadcast(needed, affected_count + right_changes.count),
+    right_check = one_row_per_key(
+        right_df.where(~key_is_null(shape.right_key)).join(
+            maybe_broadcast(needed, 2 * left_changes.count + right_changes.count),
             on=list(shape.right_key),
             how="left_semi",
-        )
-        .persist()
+        ),
+        shape.right_key,
+        right,
+        to_versions["right"],
     )
+    right_rows = right_check.rows.persist()
     cached.append(right_rows)
-    check_keys(right_rows, shape.right_key, right, to_versions["right"], count_nulls=False)
 
     joined = _join(affected, right_rows, shape, spec.how)
     keys = affected.select(*left_key_cols)
     if left_changes.count:
         keys = keys.unionByName(left_changes.keys.select(*left_key_cols)).distinct()
-    return Affected(affected, right_rows, joined, keys, affected_count, previous_left)
+    return Affected(affected, right_rows, joined, keys, (left_check, right_check), previous_left)
 
 
 def _merge_source(affected: Affected, cached: list[DataFrame]) -> DataFrame:

@@ -31,7 +31,7 @@ from typing import Any
 
 from delta import exceptions as delta_errors
 from pyspark.errors import AnalysisException
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
 #: (Spark major.minor, Delta major.minor) pairs these internals were written and tested against.
@@ -247,14 +247,13 @@ class OutputTransaction:
             "*", "_metadata.file_path AS _fkjoin_file", "_metadata.row_index AS _fkjoin_row"
         )
 
-    def deletion_vectors(self, located: DataFrame) -> Any:
-        """File actions that delete the rows at ``located``'s (``_fkjoin_file``, ``_fkjoin_row``):
-        each touched file's new deletion vector (merged with its existing one, written as a DV file)
-        as a remove of the old entry and an add of the same file with the new vector."""
+    def rows_to_delete(self, located: DataFrame) -> Any:
+        """The files holding ``located``'s rows (``_fkjoin_file``, ``_fkjoin_row``), each with the bitmap
+        of those rows merged with its existing deletion vector: one job over ``located``, nothing
+        written yet (see :meth:`deletion_vectors`)."""
         delta, session = self._delta, self.spark._jsparkSession  # type: ignore[attr-defined]
         functions = self._jvm.org.apache.spark.sql.functions
         generator = getattr(getattr(delta.commands, "DeletionVectorBitmapGenerator$"), "MODULE$")
-        helper = getattr(getattr(delta.commands, "DMLWithDeletionVectorsHelper$"), "MODULE$")
         always = session.sessionState().sqlParser().parseExpression("true")
         bitmaps = generator.buildRowIndexSetsForFilesMatchingCondition(
             session,
@@ -266,36 +265,28 @@ class OutputTransaction:
             self._jvm.scala.Option.apply(functions.col("_fkjoin_file")),
             self._jvm.scala.Option.apply(functions.col("_fkjoin_row")),
         )
-        touched = helper.findFilesWithMatchingRows(
-            self._txn, helper.generateCandidateFileMap(self._log.dataPath(), self._files), bitmaps
+        return self._dv_helper.findFilesWithMatchingRows(
+            self._txn, self._dv_helper.generateCandidateFileMap(self._log.dataPath(), self._files), bitmaps
         )
-        prefix = delta.stats.StatsCollectionUtils.getDataSkippingStringPrefixLength(
+
+    def deletion_vectors(self, touched: Any) -> Any:
+        """File actions for :meth:`rows_to_delete`'s files: each file's new deletion vector, written as
+        a DV file, as a remove of the old entry and an add of the same file with the new vector."""
+        session = self.spark._jsparkSession  # type: ignore[attr-defined]
+        prefix = self._delta.stats.StatsCollectionUtils.getDataSkippingStringPrefixLength(
             session, self._txn.metadata()
         )
-        return helper.processUnmodifiedData(session, touched, self._txn.snapshot(), prefix)._1()
+        return self._dv_helper.processUnmodifiedData(session, touched, self._txn.snapshot(), prefix)._1()
 
-    def layout(
-        self, small_file_bytes: int, small_file_share: float, deleted_ratio: float, dv_min_rows: int
-    ) -> dict[str, int]:
-        """How the snapshot's files stand, from the table state the transaction already holds (one
-        small job): ``files``; ``small_files``, under ``small_file_bytes`` and under
-        ``small_file_share`` of the mean file size; ``files_over_ratio``, files of at least
-        ``dv_min_rows`` rows whose deletion vectors hide more than ``deleted_ratio`` of them."""
-        files = DataFrame(self._txn.snapshot().allFiles().toDF(), self.spark)
-        records = "CAST(get_json_object(stats, '$.numRecords') AS BIGINT)"
-        row = (
-            files.selectExpr("size", f"{records} AS records", "deletionVector.cardinality AS deleted")
-            .selectExpr("*", "avg(size) OVER () AS mean_size")
-            .selectExpr(
-                "count(*) AS files",
-                f"count_if(size < {int(small_file_bytes)} AND size < {float(small_file_share)} * mean_size)"
-                " AS small_files",
-                f"count_if(records >= {int(dv_min_rows)} AND coalesce(deleted, 0) > {float(deleted_ratio)}"
-                " * records) AS files_over_ratio",
-            )
-            .first()
-        )
-        return {name: int(row[name] or 0) for name in ("files", "small_files", "files_over_ratio")}
+    @property
+    def _dv_helper(self) -> Any:
+        return getattr(getattr(self._delta.commands, "DMLWithDeletionVectorsHelper$"), "MODULE$")
+
+    def files(self) -> list[dict[str, Any]]:
+        """The snapshot's files as the transaction listed them (Delta's ``AddFile`` actions as JSON
+        objects: ``size``, ``stats``, ``deletionVector``...), fetched in one call, no Spark job."""
+        json_utils = getattr(getattr(self._delta.util, "JsonUtils$"), "MODULE$")
+        return json.loads(json_utils.mapper().writeValueAsString(self._files))
 
     def write_files(self, rows: DataFrame) -> Any:
         """Write ``rows`` as new data files, and those with a ``_change_type`` as change-data files."""
@@ -314,6 +305,27 @@ class OutputTransaction:
         operation = getattr(self._delta, "DeltaOperations$Update")(jvm.scala.Option.apply(None))
         seq_actions = jvm.org.apache.spark.api.python.PythonUtils.toSeq(actions)
         return int(self._txn.commit(seq_actions, operation))
+
+
+def observation_metrics(observation: Observation) -> dict[str, Any] | None:
+    """An observation's metrics once an action has filled them, else None; never waits.
+
+    ``Observation.get`` blocks until an action reports the metrics, which never happens when the
+    optimiser pruned the observed branch (a join with a side it knows to be empty); and a query that
+    carried the observed plan without running it completes the observation with an empty row. The JVM
+    object says which. Spark Connect observations have no JVM object: None.
+
+    >>> observation_metrics(observation)  # after the action that ran the observed frame
+    {'duplicates': 0, 'rows': 12}
+    """
+    jvm_observation = getattr(observation, "_jo", None)
+    if jvm_observation is None or not jvm_observation.future().isCompleted():
+        return None
+    if jvm_observation.getRow().schema() is None:
+        # Spark completes an observation with an empty row when a query that carried the observed plan
+        # ended without running it (its metrics then never come): treat it as not observed
+        return None
+    return observation.get
 
 
 #: The SQLSTATE of every Delta conflict between concurrent commits ("transaction rollback").

@@ -8,12 +8,15 @@ the previous value is the same join over the inputs' pre-images (:func:`.changes
 A kind computes the previous and the new values of its affected keys, and this module:
 
 1. classifies each key (:func:`net_changes`): ``insert``, ``update`` (pre- and post-image differ),
-   ``delete``, or nothing when the value is unchanged;
-2. reads only the output's key columns, with each row's file and row index, and checks the proof
-   that the invariant holds for these keys: every updated or deleted key is in the output exactly
-   once, and no inserted key is in it;
+   ``delete``, or nothing when the value is unchanged; the same action counts each kind and
+   fingerprints the keys the output must hold (a count and two key-hash sums, :class:`KeyProof`);
+2. reads only the output's key columns, with each row's file and row index, in the one pass that
+   finds the rows to delete, and checks on the counts and hash sums observed there that the invariant
+   holds for these keys: every updated, deleted or unchanged key is in the output exactly once, and no
+   inserted key is in it (before any deletion vector is written);
 3. writes, in one Delta ``UPDATE`` commit that also carries the refresh's progress and transaction
-   id: deletion vectors for the replaced rows, the new rows, and the change-data rows.
+   id: deletion vectors for the replaced rows, the new rows, and the change-data rows. Whether the
+   output needs compacting is decided on the driver from the file list the transaction holds.
 
 When the proof fails, or the output moved since the refresh read its log, :class:`MergeRequired`
 sends the kind back to MERGE, which does not rely on the invariant.
@@ -25,10 +28,12 @@ sends the kind back to MERGE, which does not rely on the invariant.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from typing import Any
 
 from pyspark import StorageLevel
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame, Observation
 from pyspark.sql import functions as F
 
 from ..core.errors import ConcurrentRefreshError
@@ -73,6 +78,7 @@ class NetChanges:
     updated: int
     deleted: int
     keys: int = 0
+    proof: KeyProof | None = None
 
     @property
     def total(self) -> int:
@@ -108,14 +114,47 @@ def net_changes(old: DataFrame, new: DataFrame, key: list[str], value_columns: l
         change.alias(CHANGE),
         had.cast("int").alias(EXPECTED),
     ).persist(StorageLevel.MEMORY_AND_DISK)
-    counts = {row[CHANGE]: int(row["count"]) for row in frame.groupBy(CHANGE).count().collect()}
+    with_hashes = frame.select(*key_hashes(key), F.col(CHANGE), F.col(EXPECTED))
+    expected = F.col(EXPECTED) == 1
+    totals = with_hashes.agg(
+        *[F.count_if(F.col(CHANGE) == kind).alias(kind) for kind in ("insert", "update", "delete")],
+        F.count(F.lit(1)).alias("keys"),
+        F.count_if(expected).alias("expected"),
+        *[F.sum(F.when(expected, F.col(h))).alias(h) for h in HASHES],
+    ).first()
     return NetChanges(
         frame,
-        counts.get("insert", 0),
-        counts.get("update", 0),
-        counts.get("delete", 0),
-        sum(counts.values()),
+        int(totals["insert"]),
+        int(totals["update"]),
+        int(totals["delete"]),
+        int(totals["keys"]),
+        KeyProof(int(totals["expected"]), *[totals[h] or 0 for h in HASHES]),
     )
+
+
+#: Two independent 64-bit hashes of a key, summed as decimals: the fingerprint of a set of keys.
+HASHES = ("_fkjoin_h1", "_fkjoin_h2")
+
+
+def key_hashes(key: list[str]) -> list[Column]:
+    """The key's two hashes (:data:`HASHES`), as ``DECIMAL(38,0)`` so that sums of millions cannot
+    overflow."""
+    columns = [F.col(quote(c)) for c in key]
+    return [
+        *columns,
+        F.xxhash64(*columns).cast("decimal(38,0)").alias(HASHES[0]),
+        F.xxhash64(F.lit("fkjoin"), *columns).cast("decimal(38,0)").alias(HASHES[1]),
+    ]
+
+
+@dataclass(frozen=True)
+class KeyProof:
+    """What the output must hold for the affected keys if it holds the last refresh's join: exactly
+    ``rows`` of them (those with a previous row), whose key hashes sum to ``h1`` and ``h2``."""
+
+    rows: int
+    h1: Any
+    h2: Any
 
 
 @dataclass(frozen=True)
@@ -156,22 +195,20 @@ def commit_net_changes(
     table_columns = [c for c in live.columns if c not in ("_fkjoin_file", "_fkjoin_row")]
     _require_columns(output, live, changes.frame, table_columns)
     action_groups = []
-    located: DataFrame | None = None
     try:
         if changes.keys:
-            wanted = changes.frame.select(*[quote(c) for c in key], CHANGE, EXPECTED)
-            located = (
-                live.select(*[quote(c) for c in key], "_fkjoin_file", "_fkjoin_row")
-                .join(maybe_broadcast(wanted, changes.keys), on=key, how="inner")
-                .persist(StorageLevel.MEMORY_AND_DISK)
-            )
-            _prove(located, wanted, key)
+            located = _locate(transaction, live, changes, key)
             if changes.updated or changes.deleted:
-                replaced = located.where(F.col(CHANGE).isin("update", "delete"))
-                action_groups.append(transaction.deletion_vectors(replaced))
+                replaced = located.frame.where(F.col(CHANGE).isin("update", "delete"))
+                touched = transaction.rows_to_delete(replaced)
+                _prove(located.metrics(), changes.proof)
+                action_groups.append(transaction.deletion_vectors(touched))
+            else:
+                located.frame.count()
+                _prove(located.metrics(), changes.proof)
         if changes.total:
             action_groups.append(transaction.write_files(_rows_to_write(changes.frame, table_columns)))
-        layout = transaction.layout(SMALL_FILE_BYTES, SMALL_FILE_SHARE, DELETED_ROWS_RATIO, DV_MIN_ROWS)
+        layout = file_layout(transaction.files())
         compact = layout["small_files"] >= COMPACT_SMALL_FILES or layout["files_over_ratio"] > 0
         phase("committing")
         counts = {"inserted": changes.inserted, "updated": changes.updated, "deleted": changes.deleted}
@@ -184,9 +221,38 @@ def commit_net_changes(
                 "written. Retry: the retry continues from the versions the other refresh consumed."
             ) from None
         raise
-    finally:
-        if located is not None:
-            located.unpersist()
+
+
+@dataclass(frozen=True)
+class _Located:
+    """The affected keys' rows in the output (key, ``_fkjoin_file``, ``_fkjoin_row``, change), with the
+    proof's counts and key-hash sums observed by whichever job reads them first."""
+
+    frame: DataFrame
+    observation: Observation
+
+    def metrics(self) -> dict[str, Any] | None:
+        return internals.observation_metrics(self.observation)
+
+
+def _locate(
+    transaction: internals.OutputTransaction, live: DataFrame, changes: NetChanges, key: list[str]
+) -> _Located:
+    """The affected keys located in the output's key columns. The pass that locates the rows to delete
+    also gathers the proof (:func:`_prove`), checked before any deletion vector is written."""
+    wanted = changes.frame.select(*key_hashes(key), CHANGE, EXPECTED)
+    observation = Observation()
+    located = (
+        live.select(*[quote(c) for c in key], "_fkjoin_file", "_fkjoin_row")
+        .join(maybe_broadcast(wanted, changes.keys), on=key, how="inner")
+        .observe(
+            observation,
+            F.count(F.lit(1)).alias("rows"),
+            F.count_if(F.col(EXPECTED) == 0).alias("unexpected"),
+            *[F.sum(F.col(h)).alias(h) for h in HASHES],
+        )
+    )
+    return _Located(located, observation)
 
 
 def _require_columns(
@@ -222,21 +288,47 @@ def _require_properties(transaction: internals.OutputTransaction) -> None:
             raise MergeRequired(f"the output's commits are coordinated ({name})")
 
 
-def _prove(located: DataFrame, wanted: DataFrame, key: list[str]) -> None:
+def _prove(found: dict[str, Any] | None, proof: KeyProof | None) -> None:
     """Every affected key is in the output as often as the inputs say: once if it had a previous row
-    (updated, deleted or unchanged), never if not (inserted). One job."""
-    found = located.groupBy(*[quote(c) for c in key]).agg(F.count(F.lit(1)).alias("_fkjoin_n"))
-    checked = wanted.join(found, on=key, how="left").select(
-        F.sum(F.when(F.coalesce(F.col("_fkjoin_n"), F.lit(0)) != F.col(EXPECTED), 1).otherwise(0)).alias(
-            "bad"
-        )
-    )
-    bad = checked.first()["bad"] or 0
-    if bad:
+    (updated, deleted or unchanged), never if not (inserted). Checked on the counts and key-hash sums
+    observed while the output's keys were located: a missing key and a repeated one would have to
+    collide in two 64-bit hashes to pass. Raises :class:`MergeRequired` otherwise."""
+    if found is None or proof is None:
+        raise MergeRequired("the output's keys were not located (no observed metrics); MERGE writes it")
+    sums = tuple(found[h] or 0 for h in HASHES)
+    if found["unexpected"] or found["rows"] != proof.rows or sums != (proof.h1, proof.h2):
+        unexpected = int(found["unexpected"])
+        bad = unexpected + abs(proof.rows - (int(found["rows"]) - unexpected))
         raise MergeRequired(
-            f"{bad} affected key(s) are not in the output as the inputs' previous versions say; "
+            f"{bad or 'some'} affected key(s) are not in the output as the inputs' previous versions say; "
             "the output holds something other than the last refresh's join"
         )
+
+
+def file_layout(
+    files: list[dict[str, Any]], *, small_file_share: float | None = None, dv_min_rows: int | None = None
+) -> dict[str, int]:
+    """How an output's files stand, from its ``AddFile`` actions (no Spark job): ``files``;
+    ``small_files``, under :data:`SMALL_FILE_BYTES` and under :data:`SMALL_FILE_SHARE` of the mean file
+    size; ``files_over_ratio``, files of at least :data:`DV_MIN_ROWS` rows whose deletion vectors hide
+    more than :data:`DELETED_ROWS_RATIO` of them. The keywords override those two thresholds.
+
+    >>> file_layout([{"size": 10, "stats": '{"numRecords": 5}'}, {"size": 990}])
+    {'files': 2, 'small_files': 1, 'files_over_ratio': 0}
+    """
+    share = SMALL_FILE_SHARE if small_file_share is None else small_file_share
+    min_rows = DV_MIN_ROWS if dv_min_rows is None else dv_min_rows
+    if not files:
+        return {"files": 0, "small_files": 0, "files_over_ratio": 0}
+    mean = sum(int(f["size"]) for f in files) / len(files)
+    small = sum(1 for f in files if f["size"] < SMALL_FILE_BYTES and f["size"] < share * mean)
+    over = 0
+    for f in files:
+        records = json.loads(f["stats"]).get("numRecords") if f.get("stats") else None
+        deleted = (f.get("deletionVector") or {}).get("cardinality") or 0
+        if records is not None and records >= min_rows and deleted > DELETED_ROWS_RATIO * records:
+            over += 1
+    return {"files": len(files), "small_files": small, "files_over_ratio": over}
 
 
 def _rows_to_write(frame: DataFrame, table_columns: list[str]) -> DataFrame:
