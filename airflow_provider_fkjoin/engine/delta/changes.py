@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from pyspark import StorageLevel
-from pyspark.sql import DataFrame, Observation, Row
+from pyspark.sql import Column, DataFrame, Observation, Row
 from pyspark.sql import functions as F
 
 from ..core.errors import FkJoinError, InputDataError
@@ -312,14 +312,14 @@ def check_keys(
 
 @dataclass(frozen=True)
 class KeyedRows:
-    """Rows reduced to one per key, whose duplicate-key check is taken on the way of a later action
-    (``DataFrame.observe``) instead of an action of its own.
+    """Rows reduced to one per key (cached when first read), whose duplicate-key check is taken on the
+    way of a later action (``DataFrame.observe``) instead of an action of its own.
 
     ``rows`` has ``source``'s columns, one row per key. Once an action has read it, :meth:`verify`
     raises the :class:`InputDataError` that :func:`check_keys` raises for ``source`` (with examples)
-    when a key repeated, and returns the number of rows. When no action ran it (an optimiser pruned
-    the branch, or a Spark Connect session, where nothing is observed), :meth:`verify` runs
-    :func:`check_keys` itself.
+    when a key repeated, and returns the number of rows. When nothing was observed (a Spark Connect
+    session, or a query that carried the plan without running it), :meth:`verify` counts on the cached
+    rows instead, and reads ``source`` again only to name the repeated keys.
 
     >>> affected = one_row_per_key(orders_hit, ["order_id"], orders, 7)
     >>> commit(affected.rows); affected.verify()  # doctest: +SKIP
@@ -327,6 +327,7 @@ class KeyedRows:
     """
 
     rows: DataFrame
+    counted: DataFrame
     source: DataFrame
     key: list[str]
     table: DeltaHandle
@@ -335,26 +336,32 @@ class KeyedRows:
 
     def verify(self) -> int:
         found = None if self.observation is None else observation_metrics(self.observation)
-        if found is None or found["duplicates"]:
+        if found is None:
+            found = self.counted.agg(*_repeat_counts(self.key)).first().asDict()
+        if found["duplicates"]:
             return check_keys(self.source, self.key, self.table, self.version, count_nulls=False).rows
         return int(found["rows"] or 0)
 
 
-def one_row_per_key(frame: DataFrame, key: list[str], table: DeltaHandle, version: int) -> KeyedRows:
-    """``frame`` grouped by ``key`` (one row per key, any of a repeated key's rows), with the count of
-    repeated keys and of rows observed; see :class:`KeyedRows`."""
-    values = [c for c in frame.columns if c not in key]
+def _repeat_counts(key: list[str]) -> list[Column]:
     per_key = F.col("_fkjoin_n")
+    return [
+        F.count_if((per_key > 1) & ~key_is_null(key)).alias("duplicates"),
+        F.sum(per_key).alias("rows"),
+    ]
+
+
+def one_row_per_key(frame: DataFrame, key: list[str], table: DeltaHandle, version: int) -> KeyedRows:
+    """``frame`` grouped by ``key`` (one row per key, any of a repeated key's rows), cached (the caller
+    unpersists ``counted``), with the count of repeated keys and of rows observed; see :class:`KeyedRows`."""
+    values = [c for c in frame.columns if c not in key]
     grouped = frame.groupBy(*[quote(c) for c in key]).agg(
         F.count(F.lit(1)).alias("_fkjoin_n"), *[F.first(quote(c)).alias(c) for c in values]
     )
     observation = None
     if not is_connect(frame.sparkSession):
         observation = Observation()
-        grouped = grouped.observe(
-            observation,
-            F.count_if((per_key > 1) & ~key_is_null(key)).alias("duplicates"),
-            F.sum(per_key).alias("rows"),
-        )
-    rows = grouped.select(*[quote(c) for c in frame.columns])
-    return KeyedRows(rows, frame, key, table, version, observation)
+        grouped = grouped.observe(observation, *_repeat_counts(key))
+    counted = grouped.persist(StorageLevel.MEMORY_AND_DISK)
+    rows = counted.select(*[quote(c) for c in frame.columns])
+    return KeyedRows(rows, counted, frame, key, table, version, observation)

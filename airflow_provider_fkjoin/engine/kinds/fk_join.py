@@ -496,8 +496,8 @@ def _affected(
     left_check = one_row_per_key(
         scan.where(hit).drop(*[flag for _, _, flag in flags]), shape.left_key, left, to_versions["left"]
     )
-    affected = left_check.rows.persist()
-    cached.append(affected)
+    affected = left_check.rows
+    cached.append(left_check.counted)
 
     previous_left = None
     if left_changes.before is not None:
@@ -530,8 +530,8 @@ def _affected(
         right,
         to_versions["right"],
     )
-    right_rows = right_check.rows.persist()
-    cached.append(right_rows)
+    right_rows = right_check.rows
+    cached.append(right_check.counted)
 
     joined = _join(affected, right_rows, shape, spec.how)
     keys = affected.select(*left_key_cols)
