@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from driver_jvm import driver_jvm_env
 from helpers import (
     Row,
     assert_clean_changes,
@@ -60,6 +61,7 @@ def subprocess_env() -> dict[str, str]:
             "spark.databricks.delta.snapshotPartitions=1,spark.driver.memory=1g",
             "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p),
             "PYTHONUNBUFFERED": "1",
+            **driver_jvm_env(),
         }
     )
     return env

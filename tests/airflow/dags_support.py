@@ -15,6 +15,7 @@ from typing import Any
 
 import pyarrow as pa
 from deltalake import DeltaTable
+from driver_jvm import driver_jvm_env
 
 REPO = Path(__file__).resolve().parents[2]
 AIRFLOW = str(Path(sys.executable).parent / "airflow")
@@ -35,6 +36,7 @@ class Airflow:
                 "FKJOIN_WAREHOUSE": str(self.warehouse),
                 "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
                 "PATH": os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")]),
+                **driver_jvm_env(),
             }
         )
         self.env = env

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from driver_jvm import driver_jvm_env
 from e2e_support import VENV_BIN, Service, free_port, http_error_body, http_json, wait_for
 
 AIRFLOW = str(VENV_BIN / "airflow")
@@ -85,6 +86,7 @@ def airflow_env(home: Path, port: int, dags_folder: Path) -> dict[str, str]:
         "AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE": "True",
         "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
         "FKJOIN_WAREHOUSE": str(home / "warehouse"),
+        **driver_jvm_env(),
     }
 
 
