@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from delta.tables import DeltaTable
+from driver_jvm import driver_jvm_env
 from helpers import CUSTOMERS, ORDERS, oracle, orders_customers, output_state, rows_at, write
 
 from airflow_provider_fkjoin.engine import (
@@ -195,7 +196,7 @@ def test_cli_run_prints_result_last_and_fails_in_one_line(spark, tables, tmp_pat
     spec, _, _, out = tables
     spec_file = tmp_path / "spec.json"
     spec_file.write_text(json.dumps(spec))
-    env = dict(os.environ, FKJOIN_SPARK_MASTER="local[1]")
+    env = dict(os.environ, FKJOIN_SPARK_MASTER="local[1]", **driver_jvm_env())
     fkjoin = [sys.executable, "-m", "airflow_provider_fkjoin.cli"]
     done = subprocess.run(
         [*fkjoin, "run", str(spec_file)], capture_output=True, text=True, env=env, timeout=600
