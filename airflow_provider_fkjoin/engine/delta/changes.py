@@ -272,6 +272,17 @@ class KeyCounts(NamedTuple):
     null_keys: int
 
 
+@dataclass(frozen=True)
+class KeyCheck:
+    """One frame whose keys :func:`check_keys_of` checks: ``table``'s rows at ``version`` (for messages)."""
+
+    frame: DataFrame
+    key: list[str]
+    table: DeltaHandle
+    version: int
+    count_nulls: bool = False
+
+
 def check_keys(
     frame: DataFrame, key: list[str], table: DeltaHandle, version: int, *, count_nulls: bool
 ) -> KeyCounts:
@@ -282,32 +293,63 @@ def check_keys(
     duplicates does a second job fetch ten of them for the message. Raises :class:`InputDataError`
     before anything is written.
     """
+    return check_keys_of([KeyCheck(frame, key, table, version, count_nulls)])[0]
+
+
+def check_keys_of(checks: list[KeyCheck]) -> list[KeyCounts]:
+    """:func:`check_keys` for several frames in one aggregation job; the first with a repeated key fails.
+
+    >>> check_keys_of([KeyCheck(orders, ["order_id"], orders_table, 7),
+    ...                KeyCheck(customers, ["customer_id"], customers_table, 3)])
+    [KeyCounts(rows=1000, null_keys=0), KeyCounts(rows=100, null_keys=0)]
+    """
+    if not checks:
+        return []
+    grouped = [_key_groups(check) for check in checks]
     null, rows = F.col("_fkjoin_null"), F.col("_fkjoin_n")
-    grouped = (
-        frame.select(*[F.col(quote(c)) for c in key], key_is_null(key).alias("_fkjoin_null"))
+    summaries = [
+        frame.agg(
+            F.sum(F.when(null, rows)).alias("nulls"),
+            F.count(F.when(~null & (rows > 1), 1)).alias("duplicates"),
+            F.sum(rows).alias("rows"),
+        ).withColumn("_fkjoin_check", F.lit(index))
+        for index, frame in enumerate(grouped)
+    ]
+    union = summaries[0]
+    for summary in summaries[1:]:
+        union = union.unionByName(summary)
+    found = {int(row["_fkjoin_check"]): row for row in union.collect()}
+    counts = []
+    for index, check in enumerate(checks):
+        summary = found[index]
+        if summary["duplicates"]:
+            _raise_repeated(check, grouped[index], int(summary["duplicates"]))
+        nulls = int(summary["nulls"] or 0) if check.count_nulls else 0
+        counts.append(KeyCounts(int(summary["rows"] or 0), nulls))
+    return counts
+
+
+def _key_groups(check: KeyCheck) -> DataFrame:
+    key = check.key
+    return (
+        check.frame.select(*[F.col(quote(c)) for c in key], key_is_null(key).alias("_fkjoin_null"))
         .groupBy(*[quote(c) for c in key], "_fkjoin_null")
         .agg(F.count(F.lit(1)).alias("_fkjoin_n"))
     )
-    duplicate = ~null & (rows > 1)
-    summary = grouped.agg(
-        F.sum(F.when(null, rows)).alias("nulls"),
-        F.count(F.when(duplicate, 1)).alias("duplicates"),
-        F.sum(rows).alias("rows"),
-    ).first()
-    nulls = int(summary["nulls"] or 0) if count_nulls else 0
-    found = int(summary["duplicates"] or 0)
-    if found:
-        examples = grouped.where(duplicate).limit(10).collect()
-        shown = ", ".join(
-            "(" + ", ".join(f"{c}={row[c]!r}" for c in key) + f") x{row['_fkjoin_n']}" for row in examples
-        )
-        more = f" and {found - len(examples)} more" if found > len(examples) else ""
-        raise InputDataError(
-            f"{table.role} table {table.location} has duplicate keys at version {version} "
-            f"(key {key}; {found} keys repeat): {shown}{more}. A table must hold one row per key: "
-            "deduplicate it (e.g. MERGE the latest row per key) and rerun; nothing was written."
-        )
-    return KeyCounts(int(summary["rows"] or 0), nulls)
+
+
+def _raise_repeated(check: KeyCheck, grouped: DataFrame, found: int) -> None:
+    key, table = check.key, check.table
+    examples = grouped.where(~F.col("_fkjoin_null") & (F.col("_fkjoin_n") > 1)).limit(10).collect()
+    shown = ", ".join(
+        "(" + ", ".join(f"{c}={row[c]!r}" for c in key) + f") x{row['_fkjoin_n']}" for row in examples
+    )
+    more = f" and {found - len(examples)} more" if found > len(examples) else ""
+    raise InputDataError(
+        f"{table.role} table {table.location} has duplicate keys at version {check.version} "
+        f"(key {key}; {found} keys repeat): {shown}{more}. A table must hold one row per key: "
+        "deduplicate it (e.g. MERGE the latest row per key) and rerun; nothing was written."
+    )
 
 
 @dataclass(frozen=True)

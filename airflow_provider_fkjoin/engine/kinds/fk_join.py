@@ -36,9 +36,10 @@ from ..delta import changelog as cl
 from ..delta.changes import (
     ChangedKeys,
     FeedRequest,
+    KeyCheck,
     KeyedRows,
     changed_keys_of,
-    check_keys,
+    check_keys_of,
     feed_errors,
     maybe_broadcast,
     one_row_per_key,
@@ -174,11 +175,16 @@ def read_input(ref: SourceRef, handle: DeltaHandle, state: TableState) -> JoinIn
     return JoinInput(handle, version, raw, cl.latest_state(raw, shape, keep_order=False), shape)
 
 
-def _null_keys(side: JoinInput, key: list[str]) -> int:
-    """Null-key rows (or events) dropped from a side in a full build; fails on duplicate keys or bad ops."""
-    if side.changelog is None:
-        return check_keys(side.rows, key, side.handle, side.version, count_nulls=True).null_keys
-    return cl.check_events(side.raw, side.changelog, side.handle).null_keys
+def null_keys_of(reads: list[tuple[JoinInput, list[str]]]) -> list[int]:
+    """Null-key rows (or events) dropped from each side in a full build; fails on duplicate keys or bad
+    ops. The table sides are checked by one job."""
+    tables = [(side, key) for side, key in reads if side.changelog is None]
+    counts = check_keys_of([KeyCheck(s.rows, key, s.handle, s.version, True) for s, key in tables])
+    found = {id(side): count.null_keys for (side, _), count in zip(tables, counts, strict=True)}
+    for side, _ in reads:
+        if side.changelog is not None:
+            found[id(side)] = cl.check_events(side.raw, side.changelog, side.handle).null_keys
+    return [found[id(side)] for side, _ in reads]
 
 
 def _with_fk(left_df: DataFrame, shape: FkJoinShape) -> DataFrame:
@@ -307,8 +313,7 @@ def _full(
     request: CommitRequest,
 ) -> tuple[Commit, dict[str, Any]]:
     left_df, right_df = sides["left"].rows, sides["right"].rows
-    null_left = _null_keys(sides["left"], shape.left_key)
-    null_right = _null_keys(sides["right"], shape.right_key)
+    null_left, null_right = null_keys_of([(sides["left"], shape.left_key), (sides["right"], shape.right_key)])
     phase("changes_read")
     joined = _join(_with_fk(left_df, shape), right_df.where(~key_is_null(shape.right_key)), shape, spec.how)
     phase("merge_started")
@@ -383,35 +388,30 @@ def _incremental(
     return commit, rows
 
 
-def read_changes(
-    side: JoinInput, key: list[str], after: int, opened: list[ChangedKeys], *, images: bool
-) -> ChangedKeys:
-    """The keys a side changed after version ``after``: rows of a table, or new events of a changelog.
-    With ``images``, also the changed rows as they stood at ``after`` (``ChangedKeys.before``).
+def read_changes_of(
+    reads: list[tuple[JoinInput, list[str], int]], opened: list[ChangedKeys], *, images: bool
+) -> list[ChangedKeys]:
+    """The keys each side changed after its version ``after``: (side, key, after) each, read by one Spark
+    action. With ``images``, a table side's changed rows as they stood at ``after`` and at its pinned
+    version (``ChangedKeys.before``, ``after``).
 
     A changelog key with any new event is re-read from the log's latest state, so late events (which
     change nothing) and a rewritten log are handled by the same re-read. New events' ops are checked.
     """
-    return read_changes_of([(side, key, after)], opened, images=images)[0]
-
-
-def read_changes_of(
-    reads: list[tuple[JoinInput, list[str], int]], opened: list[ChangedKeys], *, images: bool
-) -> list[ChangedKeys]:
-    """:func:`read_changes` for several sides: (side, key, after version) each, in one Spark action."""
     found: dict[int, ChangedKeys] = {}
     requests: list[tuple[int, FeedRequest]] = []
     for index, (side, key, after) in enumerate(reads):
+        with_images = images and side.changelog is None
         if after == side.version:
             nothing = side.handle.read(side.version).limit(0)
             empty = nothing.select(*[quote(c) for c in key])
-            before = side.rows.limit(0) if images else None
+            before = side.rows.limit(0) if with_images else None
             found[index] = ChangedKeys(
                 keys=empty, count=0, change_rows=0, null_keys=0, cached=empty, before=before
             )
             opened.append(found[index])
         else:
-            columns = side.rows.columns if images else None
+            columns = side.rows.columns if with_images else None
             requests.append((index, FeedRequest(side.handle, key, after, side.version, columns)))
     if requests:
         for (index, _), changes in zip(requests, changed_keys_of([r for _, r in requests]), strict=True):

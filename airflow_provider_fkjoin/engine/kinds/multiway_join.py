@@ -47,10 +47,17 @@ from pyspark.sql import types as T
 
 from ..core.errors import InputDataError, SpecError
 from ..core.planning import RebuildRequired, RefreshPlan
-from ..core.spec import MultiWayInput, MultiWayJoinSpec, quote
+from ..core.spec import MultiWayJoinSpec, quote
 from ..core.trace import phase
 from ..delta import changelog as cl
-from ..delta.changes import ChangedKeys, check_keys, cut_lineage, feed_errors, maybe_broadcast
+from ..delta.changes import (
+    ChangedKeys,
+    KeyCheck,
+    check_keys_of,
+    cut_lineage,
+    feed_errors,
+    maybe_broadcast,
+)
 from ..delta.tables import (
     DeltaHandle,
     TableState,
@@ -62,7 +69,7 @@ from ..delta.tables import (
 from ..write.merge import PRESENT, merge_output, write_full_output
 from ..write.net_changes import CHANGE, PRE_IMAGE, NetChanges, net_changes
 from ..write.refresh import RefreshContext, RunOptions, begin_refresh
-from .fk_join import JoinInput, read_changes, read_input
+from .fk_join import JoinInput, read_changes_of, read_input
 
 ID_PREFIX = "_fkjoin_id__"
 ON_PREFIX = "_fkjoin_on"
@@ -298,16 +305,20 @@ def _full(
     refresh: RefreshContext,
 ) -> dict[str, Any]:
     nulls: dict[str, int] = {}
-    frames = []
+    tables = [item for item in shape.inputs if sides[item.name].changelog is None]
+    checks = [
+        KeyCheck(sides[item.name].rows, item.key, sides[item.name].handle, sides[item.name].version, True)
+        for item in tables
+    ]
+    for item, counts in zip(tables, check_keys_of(checks), strict=True):
+        nulls[item.name] = counts.null_keys
     for item in shape.inputs:
         side = sides[item.name]
-        if side.changelog is None:
-            nulls[item.name] = check_keys(
-                side.rows, item.key, side.handle, side.version, count_nulls=True
-            ).null_keys
-        else:
+        if side.changelog is not None:
             nulls[item.name] = cl.check_events(side.raw, side.changelog, side.handle).null_keys
-        frames.append(prepared(item, _non_null(side, item.key), F.lit(UNCHANGED)))
+    frames = [
+        prepared(item, _non_null(sides[item.name], item.key), F.lit(UNCHANGED)) for item in shape.inputs
+    ]
     phase("changes_read")
     arity = len(shape.on)
     guard_buckets(spec, shape, [frames], arity)
@@ -418,29 +429,62 @@ def check_pkey(
 # -- the incremental refresh ---------------------------------------------------------------------------
 
 
-def _read_changes(item: MultiWayInput, shape: InputShape, side: JoinInput, after: int) -> InputChanges:
-    """An input's changed keys with their new and old rows (old: None when they cannot be read)."""
+def read_all_changes(
+    shape: MultiWayShape, sides: dict[str, JoinInput], plan: RefreshPlan
+) -> dict[str, InputChanges]:
+    """Each changed input's changed keys with their new and old rows, the feeds read by one Spark action
+    (old rows: None when a changelog's log cannot be read as of the consumed version)."""
+    changed = [item for item in shape.inputs if plan.from_versions[item.name] != sides[item.name].version]
     opened: list[ChangedKeys] = []
     try:
-        found = read_changes(side, shape.key, after, opened, images=side.changelog is None)
+        feeds = read_changes_of(
+            [(sides[item.name], item.key, _consumed(plan, item.name)) for item in changed],
+            opened,
+            images=True,
+        )
     except BaseException:
-        for frame in opened:  # a changelog's events failed their check after the feed was read
+        for frame in opened:  # a changelog's events failed their check after the feeds were read
             frame.release()
         raise
-    if side.changelog is None:
-        assert found.after is not None and found.before is not None
-        return InputChanges(found, found.after, found.before)
+    changes: dict[str, InputChanges] = {}
+    try:
+        for item, found in zip(changed, feeds, strict=True):
+            side = sides[item.name]
+            if side.changelog is None:
+                assert found.after is not None and found.before is not None
+                changes[item.name] = InputChanges(found, found.after, found.before)
+            else:
+                changes[item.name] = _changelog_images(item, side, found, _consumed(plan, item.name))
+    except BaseException:
+        for frame in opened:
+            frame.release()
+        for done in changes.values():
+            done.release()
+        raise
+    return changes
+
+
+def _consumed(plan: RefreshPlan, name: str) -> int:
+    after = plan.from_versions[name]
+    assert after is not None
+    return after
+
+
+def _changelog_images(item: InputShape, side: JoinInput, found: ChangedKeys, after: int) -> InputChanges:
+    """A changelog input's new and old rows for its changed keys; old: None when the log cannot be read
+    as of ``after`` (vacuumed)."""
+    assert side.changelog is not None
     keys = maybe_broadcast(found.keys, found.count)
     cached: list[DataFrame] = []
     old_rows: DataFrame | None = None
     try:
-        new_rows = side.rows.join(keys, on=shape.key, how="left_semi").persist()
+        new_rows = side.rows.join(keys, on=item.key, how="left_semi").persist()
         cached.append(new_rows)
         table = side.handle
         with feed_errors(table, after, side.version):
             # read now: a snapshot whose files were vacuumed fails here, not halfway through the refresh
             before = cl.latest_state(table.read(after), side.changelog, keep_order=False)
-            old_rows = before.join(keys, on=shape.key, how="left_semi").persist()
+            old_rows = before.join(keys, on=item.key, how="left_semi").persist()
             cached.append(old_rows)
             old_rows.count()
     except RebuildRequired:
@@ -449,7 +493,6 @@ def _read_changes(item: MultiWayInput, shape: InputShape, side: JoinInput, after
             old_rows.unpersist()
         old_rows = None
     except BaseException:
-        found.release()
         for frame in cached:
             frame.unpersist()
         raise
@@ -469,12 +512,7 @@ def _incremental(
     cached: list[DataFrame] = []
     net: NetChanges | None = None
     try:
-        for item, input_shape in zip(spec.inputs_, shape.inputs, strict=True):
-            after = plan.from_versions[item.name]
-            assert after is not None
-            if after == sides[item.name].version:
-                continue
-            changes[item.name] = _read_changes(item, input_shape, sides[item.name], after)
+        changes = read_all_changes(shape, sides, plan)
         phase("changes_read")
         gone = [name for name, found in changes.items() if found.old_rows is None]
         arity = len(shape.on)
@@ -544,10 +582,21 @@ def _restricted(item: InputShape, side: JoinInput, keys: DataFrame, count: int, 
     )
 
 
-def _check_identity(item: InputShape, side: JoinInput, state: DataFrame) -> None:
-    """check_keys over a prepared state, naming the input's key columns (not the hidden identity)."""
+def _identity_check(item: InputShape, side: JoinInput, state: DataFrame) -> KeyCheck:
+    """The key check of a prepared state, naming the input's key columns (not the hidden identity)."""
     keys = state.select(*[F.col(quote(hidden)).alias(source) for source, hidden in item.identity])
-    check_keys(keys, item.key, side.handle, side.version, count_nulls=False)
+    return KeyCheck(keys, item.key, side.handle, side.version)
+
+
+def _check_identities(shape: MultiWayShape, sides: dict[str, JoinInput], states: list[DataFrame]) -> None:
+    """Fail on an input key repeated in a state; one job for every input, which also computes and keeps
+    the states (their lineage cut)."""
+    check_keys_of(
+        [
+            _identity_check(item, sides[item.name], state)
+            for item, state in zip(shape.inputs, states, strict=True)
+        ]
+    )
 
 
 def _changed_state(
@@ -578,15 +627,13 @@ def _state(
     item: InputShape, side: JoinInput, keys: DataFrame, affected: int, arity: int, found: InputChanges | None
 ) -> DataFrame:
     """An input's state for the affected join keys ``keys``: its pinned snapshot's rows on them, prepared
-    (tagged NEW_IMAGE where the key changed, with every row of a changed key), checked for repeated keys
-    and kept under a cut lineage by that check's job."""
+    (tagged NEW_IMAGE where the key changed, with every row of a changed key), kept under a cut lineage
+    by the first job that reads it (:func:`_check_identities`)."""
     if found is None or found.count == 0:
         rows = prepared(item, _restricted(item, side, keys, affected, arity), F.lit(UNCHANGED))
     else:
         rows = _changed_state(item, side, keys, affected, arity, found)
-    state = cut_lineage(rows, eager=False)
-    _check_identity(item, side, state)
-    return state
+    return cut_lineage(rows, eager=False)
 
 
 def _telescoped(
@@ -611,12 +658,13 @@ def _telescoped(
     keys, affected = _affected_join_keys(images, arity)
     # a changed input's change (delta) is its new rows (weight +1) and its old rows (weight -1)
     deltas: dict[str, DataFrame] = {}
-    new_states: list[DataFrame] = []
+    new_states = [
+        _state(item, sides[item.name], keys, affected, arity, changes.get(item.name)) for item in shape.inputs
+    ]
+    _check_identities(shape, sides, new_states)
     old_states: list[DataFrame] = []
-    for item in shape.inputs:
+    for item, state in zip(shape.inputs, new_states, strict=True):
         found = changes.get(item.name)
-        state = _state(item, sides[item.name], keys, affected, arity, found)
-        new_states.append(state)
         if found is None or found.count == 0:
             old_states.append(state)
             continue
@@ -691,6 +739,7 @@ def _recompute_changed(
     frames = [
         _state(item, sides[item.name], keys, affected, arity, changes.get(item.name)) for item in shape.inputs
     ]
+    _check_identities(shape, sides, frames)
     guard_buckets(spec, shape, [frames], arity)
     joined = join_all(frames, arity)
     any_new = reduce(

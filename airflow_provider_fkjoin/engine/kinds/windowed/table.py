@@ -36,12 +36,12 @@ from ...core.errors import SpecError
 from ...core.planning import RebuildRequired, RefreshPlan
 from ...core.spec import ForeignKeyJoinSpec, WindowedTableJoinSpec, WindowedTableRef, quote
 from ...core.trace import phase
-from ...delta.changes import ChangedKeys, check_keys, maybe_broadcast
+from ...delta.changes import ChangedKeys, KeyCheck, check_keys_of, maybe_broadcast
 from ...delta.tables import DeltaHandle, TableState, key_is_null, pinned_input, require_columns
 from ...runtime.expressions import analysed, check_expressions, schema_probe
 from ...write.merge import PRESENT, merge_output, write_full_output
 from ...write.refresh import RunOptions, begin_refresh
-from ..fk_join import JoinInput, read_changes, read_input, run_foreign_key_join
+from ..fk_join import JoinInput, read_changes_of, read_input, run_foreign_key_join
 from ..fk_join import expected_output as fk_expected_output
 
 SIDES = ("left", "right")
@@ -250,8 +250,12 @@ def _run_outer(spec: WindowedTableJoinSpec, spark: SparkSession, options: RunOpt
             rows["keys_recomputed"] = recomputed
             phase("committed")
             return refresh.result(plan, commit.version, rows, write_path=commit.write_path)
-    for side, frame, key in (("left", left_rows, shape.key), ("right", right_rows, shape.right_key)):
-        check_keys(frame, key, handles[side], states[side].version, count_nulls=False)
+    check_keys_of(
+        [
+            KeyCheck(left_rows, shape.key, handles["left"], states["left"].version),
+            KeyCheck(right_rows, shape.right_key, handles["right"], states["right"].version),
+        ]
+    )
     phase("changes_read")
     joined = shape.join(left_rows, right_rows)
     phase("merge_started")
@@ -277,11 +281,14 @@ def _incremental(
     opened: list[ChangedKeys] = []
     cached: list[DataFrame] = []
     try:
-        changes = {}
-        for side, key in (("left", shape.key), ("right", shape.right_key)):
-            after = plan.from_versions[side]
-            assert after is not None
-            changes[side] = read_changes(sides[side], key, after, opened, images=False)
+        left_from, right_from = plan.from_versions["left"], plan.from_versions["right"]
+        assert left_from is not None and right_from is not None
+        left_changes, right_changes = read_changes_of(
+            [(sides["left"], shape.key, left_from), (sides["right"], shape.right_key, right_from)],
+            opened,
+            images=False,
+        )
+        changes = {"left": left_changes, "right": right_changes}
         phase("changes_read")
         right_keys = changes["right"].keys.select(*shape.mapped)
         affected = (
@@ -306,8 +313,12 @@ def _incremental(
         )
         left_part, right_part = left_part.persist(), right_part.persist()
         cached += [left_part, right_part]
-        for side, frame, key in (("left", left_part, shape.key), ("right", right_part, shape.right_key)):
-            check_keys(frame, key, sides[side].handle, sides[side].version, count_nulls=False)
+        check_keys_of(
+            [
+                KeyCheck(left_part, shape.key, sides["left"].handle, sides["left"].version),
+                KeyCheck(right_part, shape.right_key, sides["right"].handle, sides["right"].version),
+            ]
+        )
         joined = shape.join(left_part, right_part)
         retractions = affected.join(joined.select(*[quote(k) for k in shape.key]), shape.key, "left_anti")
         source = (
