@@ -16,9 +16,22 @@ from typing import Any
 
 import pytest
 import test_column_names
-from helpers import CUSTOMERS, ORDERS, oracle, output_state, rows_at, write
+from helpers import (
+    CUSTOMERS,
+    ORDERS,
+    append_rows,
+    create_table,
+    oracle,
+    output_state,
+    read_rows,
+    rows_at,
+    write,
+)
+from test_stream_join import ORDERS as STREAM_ORDERS
+from test_stream_join import PRODUCTS, join_spec
 
 from airflow_provider_fkjoin.engine import (
+    ConcurrentRefreshError,
     FkJoinError,
     InputDataError,
     SpecError,
@@ -27,7 +40,8 @@ from airflow_provider_fkjoin.engine import (
 )
 from airflow_provider_fkjoin.engine.core import progress as commit_log_module
 from airflow_provider_fkjoin.engine.core.errors import FullRebuildRefusedError
-from airflow_provider_fkjoin.engine.core.spec import TableRef
+from airflow_provider_fkjoin.engine.core.spec import TableRef, load_spec
+from airflow_provider_fkjoin.engine.core.trace import phase_listener
 from airflow_provider_fkjoin.engine.delta.changes import FeedUnavailable, feed_errors
 from airflow_provider_fkjoin.engine.delta.tables import DeltaHandle
 
@@ -600,6 +614,35 @@ def test_commit_history_holds_no_key_values(spark, warehouse) -> None:
         b"alice@example.com".hex(),
     ):
         assert secret not in log
+
+
+@pytest.mark.parametrize("race_at", ["merge_started", "committing"])
+def test_two_runs_of_one_append_refresh_append_once(spark, warehouse: Path, race_at: str) -> None:
+    """A second run of the same stream refresh commits first, before the first's write begins or
+    between its files and its commit: the first fails cleanly (nothing of it lands), every record is
+    appended once, and a retry is a noop. The appended output is also a blind append whose row count
+    the log records, as a stream input reading it needs."""
+    orders, products, out = warehouse / "orders", warehouse / "products", warehouse / "out"
+    create_table(spark, products, [{"product_id": 1, "name": "A"}], PRODUCTS)
+    create_table(spark, orders, [{"order_id": 1, "product_id": 1, "qty": 1}], STREAM_ORDERS)
+    spec = join_spec(orders, products, out, how="left")
+    run_spec(spec, spark=spark)
+    append_rows(spark, orders, [{"order_id": i, "product_id": 1, "qty": i} for i in (2, 3)])
+    raced: list[dict] = []
+
+    def other_run_commits_first(name: str) -> None:
+        if name == race_at and not raced:
+            raced.append({})
+            raced[0] = run_spec(spec, spark=spark)
+
+    with phase_listener(other_run_commits_first), pytest.raises(ConcurrentRefreshError, match="retry"):
+        run_spec(spec, spark=spark)
+    assert raced[0]["mode"] == "incremental" and raced[0]["rows"]["inserted"] == 2
+    assert sorted(r["order_id"] for r in read_rows(spark, out)) == [1, 2, 3]
+    assert run_spec(spec, spark=spark)["mode"] == "noop"
+    written = DeltaHandle(spark, load_spec(spec).output, "output")
+    version = raced[0]["output"]["version"]
+    assert written.appended_rows(version - 1, version) == 2
 
 
 # ------------------------------------------------------------------ the docs table

@@ -17,7 +17,7 @@ from windowed_model import StreamJoinModel
 
 from airflow_provider_fkjoin.engine import run_spec
 
-PHASES = ["pinned", "changes_read", "state_written", "merge_started", "committed"]
+PHASES = ["pinned", "changes_read", "state_written", "merge_started", "committing", "committed"]
 WINDOW = {"before": 10, "after": 10, "grace": 5}
 
 

@@ -1,6 +1,6 @@
 """The few Spark and Delta internals the engine needs, in one place, checked against the pinned versions.
 
-Public APIs cannot do three things the engine needs:
+Public APIs cannot do four things the engine needs:
 
 * tell which Catalyst nodes an analysed spec expression contains (a subquery, a window, ``reflect``...),
   to refuse expressions that are not pure row-level SQL (:mod:`.expressions`; over Spark Connect, which
@@ -12,7 +12,9 @@ Public APIs cannot do three things the engine needs:
 * commit a refresh's net changes without MERGE (:mod:`.net_changes`): list the output's files,
   locate rows by file and row index, write deletion vectors (Delta's own DELETE/UPDATE helpers), new
   rows and change data, and commit them with a ``SetTransaction`` as one ``UPDATE``
-  (:class:`OutputTransaction`).
+  (:class:`OutputTransaction`);
+* append a stream refresh's rows guarded by its app id without rebuilding the output's state
+  (:class:`AppendTransaction`).
 
 All depend on shapes a Spark or Delta upgrade may change (classes through py4j, the log's layout), so
 :func:`check_versions` runs before any is used and fails loudly on versions nobody has tested.
@@ -33,6 +35,7 @@ from delta import exceptions as delta_errors
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
 #: (Spark major.minor, Delta major.minor) pairs these internals were written and tested against.
 TESTED_SPARK = ("4.2",)
@@ -303,6 +306,66 @@ class OutputTransaction:
         now = jvm.scala.Option.apply(jvm.java.lang.Long.valueOf(int(time.time() * 1000)))
         actions.add(self._delta.actions.SetTransaction(app_id, seq, now))
         operation = getattr(self._delta, "DeltaOperations$Update")(jvm.scala.Option.apply(None))
+        seq_actions = jvm.org.apache.spark.api.python.PythonUtils.toSeq(actions)
+        return int(self._txn.commit(seq_actions, operation))
+
+
+class AppendTransaction:
+    """A blind append to a Delta table in one commit, guarded against a second run of the same refresh
+    without Delta's ``txnVersion`` lookup (py4j).
+
+    Delta's writer option ``txnVersion`` skips an append its app id already committed; to know, Delta
+    rebuilds the snapshot's whole state (a Spark job over the log, about a second a refresh). A refresh
+    already knows its progress from the output's log, so here the transaction only records that it
+    depends on ``app_id``: Delta then fails the commit if a commit carrying that app id (another run of
+    the refresh) lands after the snapshot. The caller checks :attr:`version` against the version it
+    planned on. The commit is still a blind ``WRITE`` with its row count in the log, as a stream input
+    reading this table expects.
+
+    >>> transaction = AppendTransaction(spark, "/w/clicks_enriched", "fkjoin-3f2a")
+    >>> transaction.version, transaction.commit(transaction.write_files(batch), seq=12)
+    (11, 12)
+    """
+
+    def __init__(self, spark: SparkSession, path: str, app_id: str) -> None:
+        check_versions(spark)
+        self.spark = spark
+        self.app_id = app_id
+        jvm = spark._jvm  # type: ignore[attr-defined]
+        self._jvm = jvm
+        self._delta = jvm.org.apache.spark.sql.delta
+        log = self._delta.DeltaLog.forTable(spark._jsparkSession, path)  # type: ignore[attr-defined]
+        self._txn = log.startTransaction()
+        self._txn.readTxn().addOne(app_id)
+
+    @property
+    def version(self) -> int:
+        """The snapshot version the transaction read (its commit becomes ``version + 1``)."""
+        return int(self._txn.snapshot().version())
+
+    def accepts(self, columns: list[tuple[str, str]]) -> bool:
+        """Whether rows of these (name, type) columns fit the table as they are: same columns and types,
+        no partition columns. Anything else goes through Delta's writer, which checks and reports it."""
+        metadata = self._txn.metadata()
+        schema = T.StructType.fromJson(json.loads(metadata.schemaString()))
+        have = [(field.name, field.dataType.simpleString()) for field in schema.fields]
+        return have == columns and metadata.partitionColumns().isEmpty()
+
+    def write_files(self, rows: DataFrame) -> Any:
+        """Write ``rows`` as new data files; their ``AddFile`` actions, for :meth:`commit`."""
+        return self._txn.writeFiles(rows._jdf)
+
+    def commit(self, files: Any, seq: int) -> int:
+        """Commit ``files`` with the refresh's ``SetTransaction`` as one blind ``WRITE``; returns the
+        commit's version. User metadata comes from the session (:func:`.progress.metadata_settings`)."""
+        jvm = self._jvm
+        actions = jvm.java.util.ArrayList()
+        actions.addAll(jvm.scala.jdk.javaapi.CollectionConverters.asJava(files))
+        now = jvm.scala.Option.apply(jvm.java.lang.Long.valueOf(int(time.time() * 1000)))
+        actions.add(self._delta.actions.SetTransaction(self.app_id, seq, now))
+        none = jvm.scala.Option.apply(None)
+        append = jvm.org.apache.spark.sql.SaveMode.Append
+        operation = getattr(self._delta, "DeltaOperations$Write")(append, *[none] * 8)
         seq_actions = jvm.org.apache.spark.api.python.PythonUtils.toSeq(actions)
         return int(self._txn.commit(seq_actions, operation))
 

@@ -27,11 +27,14 @@ from ..core.errors import ConcurrentRefreshError, SpecError
 from ..core.planning import RebuildRequired
 from ..core.progress import (
     commit_settings,
+    metadata_settings,
     session_settings,
 )
 from ..core.spec import quote
+from ..core.trace import phase
 from ..delta.ownership import OWNER_PROPERTY
 from ..delta.tables import DeltaHandle, values_equal
+from ..runtime import internals
 from ..runtime.internals import is_concurrent_modification
 
 log = logging.getLogger(__name__)
@@ -83,6 +86,8 @@ class CommitRequest:
     seq: int
     owner: str = ""
     claim: bool = False
+    #: The output version the refresh planned against (None: the output did not exist).
+    read_version: int | None = None
 
 
 @contextmanager
@@ -130,6 +135,10 @@ def _write_rows(output: DeltaHandle, rows: DataFrame, request: CommitRequest, mo
     require_writable_columns(rows.columns)
     if mode == "create":
         return _create_table(output, rows, request)
+    if mode == "append":
+        appended = _append_in_transaction(output, rows, request)
+        if appended is not None:
+            return appended
     _claim_owner(output, request)
     writer = (
         rows.write.format("delta")
@@ -147,6 +156,24 @@ def _write_rows(output: DeltaHandle, rows: DataFrame, request: CommitRequest, mo
         else:
             writer.saveAsTable(output.ref.name)
     return _find_commit(output, request, mode)
+
+
+def _append_in_transaction(output: DeltaHandle, rows: DataFrame, request: CommitRequest) -> Commit | None:
+    """Append through :class:`.internals.AppendTransaction` (no rebuild of the output's state) when the
+    output is still at the version the refresh planned against and the rows fit it as they are; None
+    when Delta's writer must do it instead (Spark Connect, an owner to claim, a moved output, other
+    columns)."""
+    if request.read_version is None or request.claim or getattr(output.spark, "_jvm", None) is None:
+        return None
+    with _conflicts_are_concurrent(output):
+        transaction = internals.AppendTransaction(output.spark, output.storage_path(), request.app_id)
+        if transaction.version != request.read_version or not transaction.accepts(_column_types(rows.schema)):
+            return None
+        files = transaction.write_files(rows)
+        phase("committing")
+        with metadata_settings(output.spark, request.user_metadata):
+            transaction.commit(files, request.seq)
+    return _find_commit(output, request, "append")
 
 
 def _create_table(output: DeltaHandle, rows: DataFrame, request: CommitRequest) -> Commit:

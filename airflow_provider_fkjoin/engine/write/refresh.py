@@ -92,7 +92,13 @@ class RefreshContext:
             spec_fields=self.spec_fields,
         )
         return CommitRequest(
-            metadata, token, self.log.app_id, seq, self.ownership.owner, self.ownership.claim
+            metadata,
+            token,
+            self.log.app_id,
+            seq,
+            self.ownership.owner,
+            self.ownership.claim,
+            self.log.latest_version,
         )
 
     def direct_write_possible(self, *conditions: bool) -> bool:
