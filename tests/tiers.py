@@ -21,6 +21,11 @@ E2E_PATHS = ("e2e/",)
 SLOW_TESTS: dict[str, set[str]] = {
     "test_action_counts.py": {
         "test_a_small_foreign_key_refresh_runs_a_few_spark_actions",
+        "test_a_small_global_table_catch_up_runs_a_few_spark_actions",
+        "test_a_small_multiway_refresh_runs_a_few_spark_actions",
+        "test_a_small_stream_table_join_refresh_runs_a_few_spark_actions",
+        "test_a_small_windowed_stream_refresh_runs_a_few_spark_actions",
+        "test_a_small_windowed_table_refresh_runs_a_few_spark_actions",
     },
     "airflow/test_sensor_trigger.py": {
         "test_the_goal_never_drifts_across_reschedules_and_is_new_on_the_next_try",
