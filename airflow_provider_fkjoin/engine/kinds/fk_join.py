@@ -178,13 +178,15 @@ def read_input(ref: SourceRef, handle: DeltaHandle, state: TableState) -> JoinIn
 def null_keys_of(reads: list[tuple[JoinInput, list[str]]]) -> list[int]:
     """Null-key rows (or events) dropped from each side in a full build; fails on duplicate keys or bad
     ops. The table sides are checked by one job."""
-    tables = [(side, key) for side, key in reads if side.changelog is None]
-    counts = check_keys_of([KeyCheck(s.rows, key, s.handle, s.version, True) for s, key in tables])
-    found = {id(side): count.null_keys for (side, _), count in zip(tables, counts, strict=True)}
-    for side, _ in reads:
+    tables = [index for index, (side, _) in enumerate(reads) if side.changelog is None]
+    checks = [
+        KeyCheck(reads[i][0].rows, reads[i][1], reads[i][0].handle, reads[i][0].version, True) for i in tables
+    ]
+    found = {index: count.null_keys for index, count in zip(tables, check_keys_of(checks), strict=True)}
+    for index, (side, _) in enumerate(reads):
         if side.changelog is not None:
-            found[id(side)] = cl.check_events(side.raw, side.changelog, side.handle).null_keys
-    return [found[id(side)] for side, _ in reads]
+            found[index] = cl.check_events(side.raw, side.changelog, side.handle).null_keys
+    return [found[index] for index in range(len(reads))]
 
 
 def _with_fk(left_df: DataFrame, shape: FkJoinShape) -> DataFrame:

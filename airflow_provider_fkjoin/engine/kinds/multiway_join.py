@@ -69,7 +69,7 @@ from ..delta.tables import (
 from ..write.merge import PRESENT, merge_output, write_full_output
 from ..write.net_changes import CHANGE, PRE_IMAGE, NetChanges, net_changes
 from ..write.refresh import RefreshContext, RunOptions, begin_refresh
-from .fk_join import JoinInput, read_changes_of, read_input
+from .fk_join import JoinInput, null_keys_of, read_changes_of, read_input
 
 ID_PREFIX = "_fkjoin_id__"
 ON_PREFIX = "_fkjoin_on"
@@ -304,18 +304,8 @@ def _full(
     plan: RefreshPlan,
     refresh: RefreshContext,
 ) -> dict[str, Any]:
-    nulls: dict[str, int] = {}
-    tables = [item for item in shape.inputs if sides[item.name].changelog is None]
-    checks = [
-        KeyCheck(sides[item.name].rows, item.key, sides[item.name].handle, sides[item.name].version, True)
-        for item in tables
-    ]
-    for item, counts in zip(tables, check_keys_of(checks), strict=True):
-        nulls[item.name] = counts.null_keys
-    for item in shape.inputs:
-        side = sides[item.name]
-        if side.changelog is not None:
-            nulls[item.name] = cl.check_events(side.raw, side.changelog, side.handle).null_keys
+    dropped = null_keys_of([(sides[item.name], item.key) for item in shape.inputs])
+    nulls = {item.name: count for item, count in zip(shape.inputs, dropped, strict=True)}
     frames = [
         prepared(item, _non_null(sides[item.name], item.key), F.lit(UNCHANGED)) for item in shape.inputs
     ]
