@@ -137,7 +137,7 @@ def spark_connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S
     argv = [
         sys.executable, "-m", "airflow_provider_fkjoin.cli", "--master", "local[2]",
         "--conf", "spark.driver.memory=2g", "--conf", "spark.sql.shuffle.partitions=2",
-        "--conf", "spark.default.parallelism=2", "--conf", "spark.databricks.delta.snapshotPartitions=2",
+        "--conf", "spark.default.parallelism=2", "--conf", "spark.databricks.delta.snapshotPartitions=1",
         "--conf", f"spark.sql.warehouse.dir={root / 'warehouse'}",
         "connect-server", "--host", "127.0.0.1", "--port", str(port),
     ]  # fmt: skip

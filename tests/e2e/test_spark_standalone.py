@@ -94,7 +94,7 @@ def test_foreign_key_join_on_standalone_cluster(
             "spark.executor.memory": "1g",
             "spark.sql.shuffle.partitions": "2",
             "spark.default.parallelism": "2",
-            "spark.databricks.delta.snapshotPartitions": "2",
+            "spark.databricks.delta.snapshotPartitions": "1",
             "spark.ui.enabled": "false",
         },
     )

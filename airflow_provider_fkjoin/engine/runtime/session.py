@@ -28,7 +28,11 @@ DEFAULT_CONF: dict[str, str] = {
     "spark.sql.shuffle.partitions": "8",
     "spark.default.parallelism": "4",
     "spark.sql.adaptive.enabled": "true",
-    "spark.databricks.delta.snapshotPartitions": "4",
+    # One partition rebuilds the state of a table of up to a few hundred thousand files in a second; each
+    # more partition repeats, per refresh and table, a task that generates code for Delta's action rows
+    "spark.databricks.delta.snapshotPartitions": "1",
+    # Keep the compiled classes of a refresh's plans for the next refresh (Spark keeps 100)
+    "spark.sql.codegen.cache.maxEntries": "2000",
     "spark.databricks.delta.properties.defaults.enableChangeDataFeed": "false",
     "spark.ui.showConsoleProgress": "false",
     "spark.ui.enabled": "false",
