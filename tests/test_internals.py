@@ -155,3 +155,40 @@ def test_observed_metrics_are_read_without_waiting(spark) -> None:
     never = Observation()
     spark.range(5).observe(never, F.count(F.lit(1)).alias("rows"))
     assert internals.observation_metrics(never) is None
+
+
+def test_pinned_rows_read_a_version_like_delta_and_list_files_once(spark, warehouse: Path) -> None:
+    """A table read over one file listing equals the same version read by Delta's own reader (deletion
+    vectors, column mapping with an odd name, partitions), and later queries on it run no Delta job to
+    filter files again."""
+    from test_action_counts import counted
+
+    path = str(warehouse / "t")
+    (
+        spark.range(8)
+        .selectExpr("id", "CAST(id % 2 AS INT) AS part", "CAST(id * 10 AS BIGINT) AS `odd name`")
+        .write.format("delta")
+        .partitionBy("part")
+        .option("delta.enableDeletionVectors", "true")
+        .option("delta.columnMapping.mode", "name")
+        .option("delta.minReaderVersion", "3")
+        .option("delta.minWriterVersion", "7")
+        .save(path)
+    )
+    spark.sql(f"DELETE FROM delta.`{path}` WHERE id IN (2, 5)")
+    spark.sql(f"UPDATE delta.`{path}` SET `odd name` = -1 WHERE id = 6")
+    spark.sql(f"DELETE FROM delta.`{path}` WHERE id = 7")
+
+    def rows_of(version: int) -> list[tuple]:
+        table = spark.read.format("delta").option("versionAsOf", version).load(path)
+        return sorted((r["id"], r["part"], r["odd name"]) for r in table.collect())
+
+    for version in (1, 2, 3):
+        frame = internals.pinned_rows(spark, path, version)
+        assert frame.columns == ["id", "part", "odd name"]
+        assert sorted(tuple(r) for r in frame.collect()) == rows_of(version)
+    frame = internals.pinned_rows(spark, path, 2)
+    even = [r for r in rows_of(2) if r[1] == 0]
+    query = counted(spark, lambda: sorted(tuple(r) for r in frame.where("part = 0").collect()))
+    assert query.result == even
+    assert query.jobs == 1, f"{query.jobs} Spark jobs for one query over a listed table: only its scan"
