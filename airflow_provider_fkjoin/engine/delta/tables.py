@@ -214,14 +214,6 @@ class DeltaHandle:
             return reader.load(self.ref.path)
         return reader.table(self.ref.name)
 
-    def read_files_at(self, version: int) -> DataFrame:
-        """The table as of ``version`` over one listing of its files, taken now: every query built on
-        the frame reads those files, with no Spark job of its own to filter them again. A table by
-        name, or a Spark Connect session, reads as :meth:`read` does."""
-        if self.ref.path is None or is_connect(self.spark):
-            return self.read(version)
-        return internals.pinned_rows(self.spark, self.ref.path, version)
-
     def changes(self, after_version: int, to_version: int) -> DataFrame:
         """The change feed of versions ``after_version + 1 .. to_version`` (CDF rows with _change_type)."""
         reader = (
@@ -235,14 +227,8 @@ class DeltaHandle:
         return reader.table(self.ref.name)
 
 
-def input_frame(
-    table: DeltaHandle, state: TableState, *, engine_owned: bool = False, scanned: bool = False
-) -> DataFrame:
+def input_frame(table: DeltaHandle, state: TableState, *, engine_owned: bool = False) -> DataFrame:
     """An input table at its pinned version, with the engine's reserved columns handled.
-
-    ``scanned``: the refresh reads the table whole, in more than one query; its files are then listed
-    once, here, and every query shares that list (:meth:`DeltaHandle.read_files_at`). Leave it off for
-    a frame used for its schema only, or filtered where Delta's statistics should skip files.
 
     Columns named ``_fkjoin_*`` belong to the engine: a table this engine wrote (``fkjoin.owner``, or
     ``engine_owned``) has them dropped (a global table's ``_fkjoin_order``); any other input holding one
@@ -251,7 +237,7 @@ def input_frame(
     >>> input_frame(DeltaHandle(spark, TableRef(path="/w/products_global"), "right"), state).columns
     ['product_id', 'name']
     """
-    frame = table.read_files_at(state.version) if scanned else table.read(state.version)
+    frame = table.read(state.version)
     reserved = [c for c in frame.columns if c.startswith(RESERVED_PREFIX)]
     if not reserved:
         return frame

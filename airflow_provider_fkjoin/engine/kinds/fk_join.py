@@ -168,7 +168,7 @@ class JoinInput:
 def read_input(ref: SourceRef, handle: DeltaHandle, state: TableState) -> JoinInput:
     """Read one side at its pinned version; columns are checked here (SpecError), before any job."""
     version = state.version
-    raw = input_frame(handle, state, scanned=True)
+    raw = input_frame(handle, state)
     if ref.changelog is None:
         return JoinInput(handle, version, raw, raw, None)
     shape = cl.resolve_changelog(ref, handle, raw.schema)

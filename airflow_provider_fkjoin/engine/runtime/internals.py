@@ -14,9 +14,7 @@ Public APIs cannot do four things the engine needs:
   rows and change data, and commit them with a ``SetTransaction`` as one ``UPDATE``
   (:class:`OutputTransaction`);
 * append a stream refresh's rows guarded by its app id without rebuilding the output's state
-  (:class:`AppendTransaction`);
-* read an input at its pinned version over one file list (:func:`pinned_rows`), so that every query of
-  a refresh that scans it shares one snapshot and one listing instead of filtering the files again.
+  (:class:`AppendTransaction`).
 
 All depend on shapes a Spark or Delta upgrade may change (classes through py4j, the log's layout), so
 :func:`check_versions` runs before any is used and fails loudly on versions nobody has tested.
@@ -199,29 +197,6 @@ def transaction_version_from_log(spark: SparkSession, path: str, app_id: str) ->
         if "txn" not in str(error):
             raise
     return max(found) if found else None
-
-
-def pinned_rows(spark: SparkSession, path: str, version: int) -> DataFrame:
-    """The Delta table at ``path`` as of ``version`` (deletion vectors applied), over a file list taken
-    once from that version's snapshot.
-
-    A ``versionAsOf`` read is planned again by every query that scans it: each one filters the
-    snapshot's files in a Spark job of its own ("Filtering files for query"). This frame lists them
-    once; every plan built on it, persisted or not, reads the same files. Partition filters still
-    prune; statistics-based skipping does not, so use it for frames that are scanned whole.
-
-    >>> pinned_rows(spark, "/w/orders", 12).count() == spark.read.format("delta").option(
-    ...     "versionAsOf", 12).load("/w/orders").count()
-    True
-    """
-    check_versions(spark)
-    jvm = spark._jvm  # type: ignore[attr-defined]
-    none = jvm.scala.Option.apply(None)
-    log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)  # type: ignore[attr-defined]
-    snapshot = log.getSnapshotAt(version, none, none, False)
-    no_filters = jvm.org.apache.spark.api.python.PythonUtils.toSeq(jvm.java.util.ArrayList())
-    files = snapshot.filesForScan(no_filters, False).files()
-    return DataFrame(log.createDataFrame(snapshot, files, False, none), spark)
 
 
 class OutputTransaction:
