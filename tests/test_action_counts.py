@@ -100,6 +100,7 @@ def count_second_refresh(
 def assert_bounded(refresh: Counted, max_jobs: int, max_executions: int) -> None:
     """At most ``max_jobs`` Spark jobs and ``max_executions`` SQL executions, saying how many on failure."""
     measured = f"{refresh.jobs} jobs, {refresh.executions} SQL executions"
+    print(f"[action counts] {measured}")
     assert refresh.jobs <= max_jobs, measured
     assert refresh.executions <= max_executions, measured
 
