@@ -120,6 +120,41 @@ def fk_tables(spark: SparkSession, warehouse: Path) -> dict[str, Any]:
     return {"spec": spec, "orders": orders, "customers": customers, "out": out}
 
 
+def test_a_refresh_loads_each_table_log_once_and_runs_no_describe(
+    spark: SparkSession, fk_tables: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ownership, planning, progress and the commit read one load of each table's Delta log, brought up
+    to date rather than loaded again; tables by path need no ``DESCRIBE`` command."""
+    import deltalake
+
+    spec = fk_tables["spec"]
+    assert run_spec(spec, spark=spark)["mode"] == "full"
+    DeltaTable.forPath(spark, str(fk_tables["orders"])).update("order_id = 3", {"amount": F.lit(0.5)})
+    DeltaTable.forPath(spark, str(fk_tables["customers"])).update("customer_id = 5", {"name": F.lit("e")})
+
+    loads: Counter[str] = Counter()
+    statements: list[str] = []
+    load, sql = deltalake.DeltaTable.__init__, spark.sql
+
+    def counting_load(self: deltalake.DeltaTable, table_uri: Any, *args: Any, **kwargs: Any) -> None:
+        loads[Path(str(table_uri)).name] += 1
+        load(self, table_uri, *args, **kwargs)
+
+    def recording_sql(query: str, *args: Any, **kwargs: Any) -> Any:
+        statements.append(" ".join(query.split()[:2]).upper())
+        return sql(query, *args, **kwargs)
+
+    monkeypatch.setattr(deltalake.DeltaTable, "__init__", counting_load)
+    monkeypatch.setattr(spark, "sql", recording_sql)
+    result = run_spec(spec, spark=spark)
+    monkeypatch.undo()
+
+    assert result["mode"] == "incremental", result
+    assert output_state(spark, fk_tables["out"]) == oracle(spark, result)
+    assert dict(loads) == {"orders": 1, "customers": 1, "out": 1}
+    assert not [s for s in statements if s.startswith("DESCRIBE")], statements
+
+
 #: The most jobs and SQL executions a small incremental foreign-key refresh (one order and one customer
 #: changed, 11 output rows) may run with the net-change writer: 44-45 jobs and 25 executions when the
 #: bound was set (54 and 29 before the compute phase became one action), a little headroom for Delta's

@@ -20,6 +20,7 @@ E2E_PATHS = ("e2e/",)
 #: 2-core machine). Each module keeps its quicker tests in the fast tier, and every kind keeps at least one.
 SLOW_TESTS: dict[str, set[str]] = {
     "test_action_counts.py": {
+        "test_a_refresh_loads_each_table_log_once_and_runs_no_describe",
         "test_a_small_foreign_key_refresh_runs_a_few_spark_actions",
         "test_a_small_global_table_catch_up_runs_a_few_spark_actions",
         "test_a_small_multiway_refresh_runs_a_few_spark_actions",

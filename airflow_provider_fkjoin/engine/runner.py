@@ -13,7 +13,7 @@ from .core.errors import SpecError
 from .core.progress import read_progress
 from .core.spec import WRITE_PATHS, AnySpec, load_spec, spec_expressions, spec_fingerprint
 from .delta.ownership import check_ownership
-from .delta.tables import DeltaHandle
+from .delta.tables import DeltaHandle, opened_once
 from .kinds import KINDS
 from .runtime.expressions import row_errors
 from .runtime.session import get_spark
@@ -54,17 +54,18 @@ def run_spec(
         raise SpecError(f"write_path must be one of {', '.join(WRITE_PATHS)}, not {write_path!r}")
     loaded = load_spec(spec)
     session = spark or get_spark()
-    if audit:
+    with opened_once():
+        if audit:
+            with row_errors(spec_expressions(loaded)):
+                return audit_output(loaded, session, examples=audit_examples)
+        options = RunOptions(
+            ownership=check_ownership(session, loaded),
+            full_refresh=full_refresh,
+            write_path=write_path,
+            origin=dict(origin) if origin else None,
+        )
         with row_errors(spec_expressions(loaded)):
-            return audit_output(loaded, session, examples=audit_examples)
-    options = RunOptions(
-        ownership=check_ownership(session, loaded),
-        full_refresh=full_refresh,
-        write_path=write_path,
-        origin=dict(origin) if origin else None,
-    )
-    with row_errors(spec_expressions(loaded)):
-        return KINDS[loaded.kind].run(loaded, session, options)
+            return KINDS[loaded.kind].run(loaded, session, options)
 
 
 def refresh_status(

@@ -8,6 +8,9 @@ Connect, where delta-spark's ``DeltaTable`` API would need Delta's Connect serve
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,11 +26,38 @@ from ..core.locations import local_path, location_identity
 from ..core.owners import OWNER_PROPERTY
 from ..core.planning import InputState, schema_columns
 from ..core.spec import RESERVED_PREFIX, TableRef, quote
-from ..logs.watermarks import read_history
+from ..logs.watermarks import history_of
 from ..runtime import internals
 from ..runtime.session import is_connect
 
 CDF_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp")
+
+#: The Delta logs opened by the refresh running in this context, by local path (see :func:`opened_once`).
+_OPENED: ContextVar[dict[str, deltalake.DeltaTable] | None] = ContextVar("fkjoin_opened_logs", default=None)
+
+
+@contextmanager
+def opened_once() -> Iterator[dict[str, deltalake.DeltaTable]]:
+    """Within this block, each local table's Delta log is loaded once: every later read of it (state,
+    history, transaction versions, by any handle) brings that load up to date by listing only the
+    commits since, instead of loading the log again from its checkpoint. The refresh runner wraps each
+    refresh in it; reads outside one load the log each time.
+
+    >>> with opened_once() as logs:
+    ...     DeltaHandle(spark, TableRef(path="/w/orders"), "left").state().version
+    ...     DeltaHandle(spark, TableRef(path="/w/orders"), "left").history(1)[0]["version"]
+    ...     len(logs)
+    7
+    7
+    1
+    """
+    token = _OPENED.set({})
+    try:
+        yield _OPENED.get() or {}
+    finally:
+        _OPENED.reset(token)
+
+
 LIVE_CHANGE_TYPES = ("insert", "update_postimage")
 
 
@@ -125,6 +155,20 @@ class DeltaHandle:
                 "delta.enableChangeDataFeed=true) or fix the path/name"
             )
 
+    def _opened_log(self, local: Path) -> deltalake.DeltaTable:
+        """The local table's Delta log at its latest version: loaded once per refresh (:func:`opened_once`)
+        and brought up to date on each later use, or loaded now outside a refresh."""
+        opened = _OPENED.get()
+        if opened is None:
+            return deltalake.DeltaTable(str(local))
+        key = str(local)
+        table = opened.get(key)
+        if table is None:
+            table = opened[key] = deltalake.DeltaTable(key)
+        else:
+            table.update_incremental()
+        return table
+
     def state(self) -> TableState:
         """The latest version, table id and properties, read from the Delta log (no data scan).
 
@@ -132,7 +176,7 @@ class DeltaHandle:
         """
         local = self.local_path
         if local is not None:
-            table = deltalake.DeltaTable(str(local))
+            table = self._opened_log(local)
             metadata = table.metadata()
             return TableState(
                 version=int(table.version()),
@@ -150,7 +194,7 @@ class DeltaHandle:
         the snapshot, so log cleanup and any number of other commits do not hide it."""
         local = self.local_path
         if local is not None:
-            return deltalake.DeltaTable(str(local)).transaction_version(app_id)
+            return self._opened_log(local).transaction_version(app_id)
         if is_connect(self.spark):
             return internals.transaction_version_from_log(self.spark, self.storage_path(), app_id)
         return internals.delta_transaction_version(self.spark, self.storage_path(), app_id)
@@ -166,7 +210,7 @@ class DeltaHandle:
         userMetadata and operationMetrics."""
         local = self.local_path
         if local is not None:
-            return read_history(local, limit)
+            return history_of(self._opened_log(local), limit)
         rows = self.spark.sql(f"DESCRIBE HISTORY {self.sql_identifier} LIMIT {int(limit)}").select(
             "version", "timestamp", "operation", "isBlindAppend", "userMetadata", "operationMetrics"
         )

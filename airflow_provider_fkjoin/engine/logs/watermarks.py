@@ -69,7 +69,12 @@ def read_history(
     >>> read_history("/warehouse/orders_enriched", 1)[0]["operation"]
     'MERGE'
     """
-    return [_history_entry(entry) for entry in _open(path, storage_options).history(limit)]
+    return history_of(_open(path, storage_options), limit)
+
+
+def history_of(table: deltalake.DeltaTable, limit: int) -> list[dict[str, Any]]:
+    """:func:`read_history` of a table already opened."""
+    return [_history_entry(entry) for entry in table.history(limit)]
 
 
 def _history_entry(entry: Mapping[str, Any]) -> dict[str, Any]:
