@@ -126,3 +126,20 @@ def test_a_refresh_records_its_origin_and_row_counts_for_a_retry(spark, warehous
     assert refresh_result_from_commit(out, before, origin={**task, "try_number": 2})["mode"] == "incremental"
     zombie = refresh_result_from_commit(out, before, origin={**task, "try_number": 9})
     assert zombie["mode"] == "noop"  # another try's commit is not this one's result
+
+
+def test_a_refresh_loads_a_table_log_once_and_sees_later_commits(tmp_path: Path) -> None:
+    """Inside ``opened_once`` every handle of a table shares one load, brought up to date on each read."""
+    from airflow_provider_fkjoin.engine.core.spec import TableRef
+    from airflow_provider_fkjoin.engine.delta.tables import DeltaHandle, opened_once
+
+    path = tmp_path / "t"
+    write_deltalake(str(path), pa.table({"id": [1]}))
+    with opened_once() as logs:
+        first = DeltaHandle(None, TableRef(path=str(path)), "left")  # type: ignore[arg-type]
+        assert first.state().version == 0
+        write_deltalake(str(path), pa.table({"id": [2]}), mode="append")
+        again = DeltaHandle(None, TableRef(path=str(path)), "left")  # type: ignore[arg-type]
+        assert again.state().version == 1
+        assert [entry["version"] for entry in again.history(5)] == [1, 0]
+        assert list(logs) == [str(path)]

@@ -32,6 +32,8 @@ from ..runtime.session import is_connect
 
 CDF_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp")
 
+LIVE_CHANGE_TYPES = ("insert", "update_postimage")
+
 #: The Delta logs opened by the refresh running in this context, by local path (see :func:`opened_once`).
 _OPENED: ContextVar[dict[str, deltalake.DeltaTable] | None] = ContextVar("fkjoin_opened_logs", default=None)
 
@@ -51,14 +53,12 @@ def opened_once() -> Iterator[dict[str, deltalake.DeltaTable]]:
     7
     1
     """
-    token = _OPENED.set({})
+    opened: dict[str, deltalake.DeltaTable] = {}
+    token = _OPENED.set(opened)
     try:
-        yield _OPENED.get() or {}
+        yield opened
     finally:
         _OPENED.reset(token)
-
-
-LIVE_CHANGE_TYPES = ("insert", "update_postimage")
 
 
 @dataclass(frozen=True)

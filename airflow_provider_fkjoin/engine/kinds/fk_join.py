@@ -180,7 +180,8 @@ def null_keys_of(reads: list[tuple[JoinInput, list[str]]]) -> list[int]:
     ops. The table sides are checked by one job."""
     tables = [index for index, (side, _) in enumerate(reads) if side.changelog is None]
     checks = [
-        KeyCheck(reads[i][0].rows, reads[i][1], reads[i][0].handle, reads[i][0].version, True) for i in tables
+        KeyCheck(side.rows, key, side.handle, side.version, count_nulls=True)
+        for side, key in (reads[i] for i in tables)
     ]
     found = {index: count.null_keys for index, count in zip(tables, check_keys_of(checks), strict=True)}
     for index, (side, _) in enumerate(reads):

@@ -426,18 +426,13 @@ def read_all_changes(
     (old rows: None when a changelog's log cannot be read as of the consumed version)."""
     changed = [item for item in shape.inputs if plan.from_versions[item.name] != sides[item.name].version]
     opened: list[ChangedKeys] = []
+    changes: dict[str, InputChanges] = {}
     try:
         feeds = read_changes_of(
             [(sides[item.name], item.key, _consumed(plan, item.name)) for item in changed],
             opened,
             images=True,
         )
-    except BaseException:
-        for frame in opened:  # a changelog's events failed their check after the feeds were read
-            frame.release()
-        raise
-    changes: dict[str, InputChanges] = {}
-    try:
         for item, found in zip(changed, feeds, strict=True):
             side = sides[item.name]
             if side.changelog is None:
@@ -446,7 +441,7 @@ def read_all_changes(
             else:
                 changes[item.name] = _changelog_images(item, side, found, _consumed(plan, item.name))
     except BaseException:
-        for frame in opened:
+        for frame in opened:  # e.g. a changelog's events failed their check after the feeds were read
             frame.release()
         for done in changes.values():
             done.release()

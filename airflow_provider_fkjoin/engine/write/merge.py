@@ -36,6 +36,7 @@ from ..delta.ownership import OWNER_PROPERTY
 from ..delta.tables import DeltaHandle, values_equal
 from ..runtime import internals
 from ..runtime.internals import is_concurrent_modification
+from ..runtime.session import is_connect
 
 log = logging.getLogger(__name__)
 
@@ -163,7 +164,7 @@ def _append_in_transaction(output: DeltaHandle, rows: DataFrame, request: Commit
     output is still at the version the refresh planned against and the rows fit it as they are; None
     when Delta's writer must do it instead (Spark Connect, an owner to claim, a moved output, other
     columns)."""
-    if request.read_version is None or request.claim or getattr(output.spark, "_jvm", None) is None:
+    if request.read_version is None or request.claim or is_connect(output.spark):
         return None
     with _conflicts_are_concurrent(output):
         transaction = internals.AppendTransaction(output.spark, output.storage_path(), request.app_id)
