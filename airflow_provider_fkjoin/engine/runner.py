@@ -17,7 +17,7 @@ from .delta.tables import DeltaHandle, opened_once
 from .kinds import KINDS
 from .runtime.expressions import row_errors
 from .runtime.session import get_spark
-from .write.refresh import RunOptions
+from .write.refresh import RunOptions, refresh_once
 
 
 def run_spec(
@@ -65,7 +65,7 @@ def run_spec(
             origin=dict(origin) if origin else None,
         )
         with row_errors(spec_expressions(loaded)):
-            return KINDS[loaded.kind].run(loaded, session, options)
+            return refresh_once(KINDS[loaded.kind].refresh(loaded, session), options)
 
 
 def refresh_status(

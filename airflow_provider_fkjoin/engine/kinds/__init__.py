@@ -4,7 +4,7 @@ Each kind module holds its join's algorithm; the change feeds, progress, the out
 state tables it uses live once, in the layers below. A new kind is a module here and one line in
 :data:`KINDS`.
 
->>> KINDS["foreign_key_join"].run(spec, spark, RunOptions())["mode"]
+>>> refresh_once(KINDS["foreign_key_join"].refresh(spec, spark), options)["mode"]
 'incremental'
 >>> KINDS["self_join"].expected_output is None  # append-only: nothing keyed to recompute
 True
@@ -19,22 +19,23 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 
 from ..delta.tables import TableState
-from ..write.refresh import RunOptions
+from ..write.refresh import KindRefresh
 from . import fk_join, global_table, multiway_join, stream_join
-from .windowed import run_windowed_join, self_join
+from .windowed import self_join, windowed_join_refresh
 from .windowed import table as windowed_table
 
-#: Refresh a spec's output once; returns the result dict.
-Run = Callable[[Any, SparkSession, RunOptions], dict[str, Any]]
+#: A spec's refresh: its kind's algorithm, which :func:`.refresh.refresh_once` runs.
+Refresh = Callable[[Any, SparkSession], KindRefresh]
 #: The output a spec should hold given its inputs at pinned versions: (rows, key columns, columns).
 ExpectedOutput = Callable[[Any, SparkSession, dict[str, TableState]], tuple[DataFrame, list[str], list[str]]]
 
 
 @dataclass(frozen=True)
 class JoinKind:
-    """How the engine runs one ``kind``, and how the audit recomputes its output (``None``: append-only)."""
+    """How the engine refreshes one ``kind``, and how the audit recomputes its output (``None``:
+    append-only)."""
 
-    run: Run
+    refresh: Refresh
     expected_output: ExpectedOutput | None = None
 
     def recomputable(self, spec: Any) -> bool:
@@ -43,10 +44,10 @@ class JoinKind:
 
 
 KINDS: dict[str, JoinKind] = {
-    "foreign_key_join": JoinKind(fk_join.run_foreign_key_join, fk_join.expected_output),
-    "global_table_bootstrap": JoinKind(global_table.run_global_table_bootstrap, global_table.expected_output),
-    "stream_table_join": JoinKind(stream_join.run_stream_table_join),
-    "windowed_join": JoinKind(run_windowed_join, windowed_table.expected_output),
-    "self_join": JoinKind(self_join.run_self_join),
-    "multiway_join": JoinKind(multiway_join.run_multiway_join, multiway_join.expected_output),
+    "foreign_key_join": JoinKind(fk_join.ForeignKeyJoinRefresh, fk_join.expected_output),
+    "global_table_bootstrap": JoinKind(global_table.GlobalTableRefresh, global_table.expected_output),
+    "stream_table_join": JoinKind(stream_join.StreamTableJoinRefresh),
+    "windowed_join": JoinKind(windowed_join_refresh, windowed_table.expected_output),
+    "self_join": JoinKind(self_join.self_join_refresh),
+    "multiway_join": JoinKind(multiway_join.MultiWayJoinRefresh, multiway_join.expected_output),
 }

@@ -14,13 +14,12 @@ value, an unchanged value (not rewritten), or a retraction (deleted only if the 
 
 Example::
 
-    run_foreign_key_join(load_spec({...}), spark)
+    refresh_once(ForeignKeyJoinRefresh(load_spec({...}), spark), options)
     # {"mode": "incremental", "rows": {"inserted": 3, "updated": 12, "deleted": 1, ...}, ...}
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,7 +28,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from ..core.errors import SpecError
-from ..core.planning import RebuildRequired, RefreshPlan
+from ..core.planning import InputState, RefreshPlan
 from ..core.spec import ForeignKeyJoinSpec, SourceRef, quote
 from ..core.trace import phase
 from ..delta import changelog as cl
@@ -56,8 +55,9 @@ from ..delta.tables import (
 from ..runtime.expressions import analysed, check_expressions, schema_probe
 from ..write.merge import PRESENT, Commit, CommitRequest, merge_output, write_full_output
 from ..write.net_changes import NetChanges, net_changes
-from ..write.refresh import RefreshContext, RunOptions, begin_refresh
+from ..write.refresh import KindRefresh, RefreshContext, Written
 
+SIDES = ("left", "right")
 FK_PREFIX = "_fkjoin_fk"
 LEFT_CHANGED = "_fkjoin_lchg"
 RIGHT_CHANGED = "_fkjoin_rchg"
@@ -225,66 +225,51 @@ def expected_output(
     return joined, shape.left_key, shape.value_columns
 
 
-def run_foreign_key_join(
-    spec: ForeignKeyJoinSpec, spark: SparkSession, options: RunOptions, *, identity: Any = None
-) -> dict[str, Any]:
-    """Refresh the output of a foreign-key join once; see the module docstring for the algorithm.
+class ForeignKeyJoinRefresh(KindRefresh):
+    """One refresh of a foreign-key join's output; see the module docstring for the algorithm.
 
     ``identity`` is the spec the output's progress is recorded under when another kind runs as a
     foreign-key join (a table-mode windowed join enriching a windowed table): its kind and fingerprint.
+
+    >>> refresh_once(ForeignKeyJoinRefresh(load_spec("orders_enriched.yaml"), spark), options)["mode"]
+    'incremental'
     """
-    started = time.monotonic()
-    left = DeltaHandle(spark, spec.left, "left")
-    right = DeltaHandle(spark, spec.right, "right")
-    output = DeltaHandle(spark, spec.output, "output")
-    left.require()
-    right.require()
 
-    states: dict[str, TableState] = {"left": left.state(), "right": right.state()}
-    to_versions = {side: state.version for side, state in states.items()}
-    phase("pinned")
-    sides = {
-        "left": read_input(spec.left, left, states["left"]),
-        "right": read_input(spec.right, right, states["right"]),
-    }
-    left_df, right_df = sides["left"].rows, sides["right"].rows
-    shape = resolve_shape(spec, left, right, left_df, right_df)
-    warnings = cdf_off_warnings({"left": (left, states["left"]), "right": (right, states["right"])})
-    warnings += [
-        f"input {side} ({sides[side].handle.location}) is a changelog source: each refresh reduces its "
-        "whole log to the latest event per key; bootstrap it into a global table (global_table_bootstrap) "
-        "and join that, so a refresh reads only what changed"
-        for side in ("left", "right")
-        if sides[side].changelog is not None
-    ]
+    spec: ForeignKeyJoinSpec
 
-    current = {
-        side: pinned_input(h, states[side], sides[side].raw.schema, to_versions[side])
-        for side, h in (("left", left), ("right", right))
-    }
-    refresh, plan = begin_refresh(identity or spec, output, current, options, started, warnings)
-    previous = refresh.previous
-    if plan.mode == "noop":
-        assert previous is not None
-        phase("committed")
-        return refresh.result(plan, previous.output_version, _rows(), write_path=None, compacted=False)
-
-    if plan.mode == "incremental":
-        try:
-            commit, rows = _incremental(spec, shape, sides, output, plan, to_versions, refresh)
-        except RebuildRequired as unavailable:
-            plan = RefreshPlan("full", str(unavailable), dict.fromkeys(current))
-        else:
-            phase("committed")
-            return refresh.result(
-                plan, commit.version, rows, write_path=commit.write_path, compacted=commit.compacted
+    def prepare(self, states: dict[str, TableState]) -> dict[str, InputState]:
+        spec, handles = self.spec, self.handles
+        self.to_versions = {side: state.version for side, state in states.items()}
+        self.sides = {side: read_input(getattr(spec, side), handles[side], states[side]) for side in SIDES}
+        self.shape = resolve_shape(
+            spec, handles["left"], handles["right"], self.sides["left"].rows, self.sides["right"].rows
+        )
+        self.warnings += cdf_off_warnings({side: (handles[side], states[side]) for side in SIDES})
+        self.warnings += [
+            f"input {side} ({self.sides[side].handle.location}) is a changelog source: each refresh reduces "
+            "its whole log to the latest event per key; bootstrap it into a global table "
+            "(global_table_bootstrap) and join that, so a refresh reads only what changed"
+            for side in SIDES
+            if self.sides[side].changelog is not None
+        ]
+        return {
+            side: pinned_input(
+                handles[side], states[side], self.sides[side].raw.schema, self.to_versions[side]
             )
+            for side in SIDES
+        }
 
-    commit, rows = _full(spec, shape, sides, output, refresh.request("full", plan.reason))
-    phase("committed")
-    return refresh.result(
-        plan, commit.version, rows, write_path=commit.write_path, compacted=commit.compacted
-    )
+    def noop_rows(self) -> dict[str, Any]:
+        return _rows()
+
+    def incremental(self, refresh: RefreshContext, plan: RefreshPlan) -> Written:
+        return Written(
+            *_incremental(self.spec, self.shape, self.sides, self.output, plan, self.to_versions, refresh)
+        )
+
+    def full(self, refresh: RefreshContext, plan: RefreshPlan) -> Written:
+        request = refresh.request("full", plan.reason)
+        return Written(*_full(self.spec, self.shape, self.sides, self.output, request))
 
 
 def _rows(

@@ -15,22 +15,21 @@ run; the offset reached is checkpointed so a restart resumes there. Here:
 
 Example::
 
-    run_global_table_bootstrap(load_spec({"kind": "global_table_bootstrap",
+    refresh_once(GlobalTableRefresh(load_spec({"kind": "global_table_bootstrap",
         "source": {"path": "/w/products", "key": ["product_id"]},
-        "output": {"path": "/w/products_global"}}), spark)
+        "output": {"path": "/w/products_global"}}), spark), options)
     # {"mode": "incremental", "high_watermark": 12, "checkpoint": 12, "caught_up": True, ...}
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from ..core.planning import RebuildRequired, RefreshPlan
+from ..core.planning import InputState, RefreshPlan
 from ..core.spec import GlobalTableBootstrapSpec, SourceRef, quote
 from ..core.trace import phase
 from ..delta import changelog as cl
@@ -54,7 +53,7 @@ from ..delta.tables import (
 )
 from ..write.merge import PRESENT, Commit, CommitRequest, merge_output, write_full_output
 from ..write.net_changes import NetChanges, net_changes
-from ..write.refresh import RefreshContext, RunOptions, begin_refresh
+from ..write.refresh import KindRefresh, RefreshContext, Written
 
 SIDE = "source"
 
@@ -111,77 +110,78 @@ def _rows(
     }
 
 
-def run_global_table_bootstrap(
-    spec: GlobalTableBootstrapSpec, spark: SparkSession, options: RunOptions
-) -> dict[str, Any]:
-    """Bring the global table to the source's high watermark once; see the module docstring."""
-    started = time.monotonic()
-    source = DeltaHandle(spark, spec.source, SIDE)
-    output = DeltaHandle(spark, spec.output, "output")
-    source.require()
-    state = source.state()
-    high_watermark = state.version
-    phase("pinned")
-    source_df = input_frame(source, state)
-    shape = resolve_source(spec.source, source, source_df)
-    warnings = cdf_off_warnings({SIDE: (source, state)})
+class GlobalTableRefresh(KindRefresh):
+    """One refresh of a global table: bring it to the source's high watermark; see the module docstring.
 
-    current = {SIDE: pinned_input(source, state, source_df.schema, high_watermark)}
-    refresh, plan = begin_refresh(spec, output, current, options, started, warnings)
-    previous = refresh.previous
+    >>> refresh_once(GlobalTableRefresh(load_spec("products_global.yaml"), spark), options)["caught_up"]
+    True
+    """
 
-    def result(
-        plan: RefreshPlan, output_version: int | None, rows: dict[str, Any], commit: Commit | None = None
-    ) -> dict[str, Any]:
-        latest = source.state().version
-        if output_version is not None:
-            size = table_size_bytes(output, output_version)
-            if size > spec.broadcast_warn_bytes:
-                warnings.append(
-                    f"global table {output.location} is {size} bytes on disk, above broadcast_warn_bytes "
-                    f"({spec.broadcast_warn_bytes}): a stream_table_join may not broadcast it (each "
-                    "broadcast costs a few times that in memory); consider a foreign_key_join instead"
-                )
-        return refresh.result(
-            plan,
-            output_version,
-            rows,
-            high_watermark=high_watermark,
-            checkpoint=high_watermark,
-            caught_up=high_watermark >= latest,
-            write_path=commit.write_path if commit else None,
-            compacted=commit.compacted if commit else False,
-        )
+    spec: GlobalTableBootstrapSpec
 
-    if plan.mode == "noop":
-        assert previous is not None
-        phase("committed")
-        return result(plan, previous.output_version, _rows())
+    def prepare(self, states: dict[str, TableState]) -> dict[str, InputState]:
+        self.source, state = self.handles[SIDE], states[SIDE]
+        self.high_watermark = state.version
+        self.source_df = input_frame(self.source, state)
+        self.shape = resolve_source(self.spec.source, self.source, self.source_df)
+        self.warnings += cdf_off_warnings({SIDE: (self.source, state)})
+        return {SIDE: pinned_input(self.source, state, self.source_df.schema, self.high_watermark)}
 
-    if plan.mode == "incremental":
+    def noop_rows(self) -> dict[str, Any]:
+        return _rows()
+
+    def incremental(self, refresh: RefreshContext, plan: RefreshPlan) -> Written:
         after = plan.from_versions[SIDE]
         assert after is not None
         request = refresh.request("incremental", plan.reason)
-        try:
-            if shape.changelog is None:
-                commit, rows = _incremental_table(
-                    shape, source, output, after, high_watermark, source_df, refresh, request
+        if self.shape.changelog is None:
+            return Written(
+                *_incremental_table(
+                    self.shape,
+                    self.source,
+                    self.output,
+                    after,
+                    self.high_watermark,
+                    self.source_df,
+                    refresh,
+                    request,
                 )
-            else:
-                commit, rows = _incremental_changelog(
-                    shape.changelog, shape, source, output, after, high_watermark, request
-                )
-        except RebuildRequired as unavailable:
-            plan = RefreshPlan("full", str(unavailable), dict.fromkeys(current))
-        else:
-            phase("committed")
-            return result(plan, commit.version, rows, commit)
+            )
+        return Written(
+            *_incremental_changelog(
+                self.shape.changelog,
+                self.shape,
+                self.source,
+                self.output,
+                after,
+                self.high_watermark,
+                request,
+            )
+        )
 
-    commit, rows = _full(
-        shape, source, output, high_watermark, source_df, refresh.request("full", plan.reason)
-    )
-    phase("committed")
-    return result(plan, commit.version, rows, commit)
+    def full(self, refresh: RefreshContext, plan: RefreshPlan) -> Written:
+        request = refresh.request("full", plan.reason)
+        return Written(
+            *_full(self.shape, self.source, self.output, self.high_watermark, self.source_df, request)
+        )
+
+    def result_fields(
+        self, refresh: RefreshContext, plan: RefreshPlan, output_version: int
+    ) -> dict[str, Any]:
+        """The checkpoint, whether it still equals the source's latest version; and a warning when the
+        table has grown too large to broadcast."""
+        size = table_size_bytes(self.output, output_version)
+        if size > self.spec.broadcast_warn_bytes:
+            self.warnings.append(
+                f"global table {self.output.location} is {size} bytes on disk, above broadcast_warn_bytes "
+                f"({self.spec.broadcast_warn_bytes}): a stream_table_join may not broadcast it (each "
+                "broadcast costs a few times that in memory); consider a foreign_key_join instead"
+            )
+        return {
+            "high_watermark": self.high_watermark,
+            "checkpoint": self.high_watermark,
+            "caught_up": self.high_watermark >= self.source.state().version,
+        }
 
 
 def _full(

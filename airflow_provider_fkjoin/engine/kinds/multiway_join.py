@@ -29,13 +29,12 @@ materialised; ``output.pkey`` is checked (or, with ``enforce_pkey: false``, its 
 
 Example::
 
-    run_multiway_join(load_spec("business_reviews.yaml"), spark, options)
+    refresh_once(MultiWayJoinRefresh(load_spec("business_reviews.yaml"), spark), options)
     # {"mode": "incremental", "rows": {"inserted": 3, "updated": 12, "deleted": 1, ...}, ...}
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from functools import reduce
 from typing import Any
@@ -46,7 +45,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from ..core.errors import InputDataError, SpecError
-from ..core.planning import RebuildRequired, RefreshPlan
+from ..core.planning import InputState, RebuildRequired, RefreshPlan
 from ..core.spec import MultiWayJoinSpec, quote
 from ..core.trace import phase
 from ..delta import changelog as cl
@@ -68,7 +67,7 @@ from ..delta.tables import (
 )
 from ..write.merge import PRESENT, merge_output, write_full_output
 from ..write.net_changes import CHANGE, PRE_IMAGE, NetChanges, net_changes
-from ..write.refresh import RefreshContext, RunOptions, begin_refresh
+from ..write.refresh import KindRefresh, RefreshContext, Written
 from .fk_join import JoinInput, null_keys_of, read_changes_of, read_input
 
 ID_PREFIX = "_fkjoin_id__"
@@ -249,32 +248,31 @@ def expected_output(
     return joined, shape.identity, shape.value_columns
 
 
-def run_multiway_join(spec: MultiWayJoinSpec, spark: SparkSession, options: RunOptions) -> dict[str, Any]:
-    """Refresh a ``multiway_join`` once (see the module docstring)."""
-    started = time.monotonic()
-    refs = spec.inputs()
-    handles = {name: DeltaHandle(spark, ref, name) for name, ref in refs.items()}
-    output = DeltaHandle(spark, spec.output, "output")
-    for handle in handles.values():
-        handle.require()
-    states: dict[str, TableState] = {name: handle.state() for name, handle in handles.items()}
-    phase("pinned")
-    sides = {name: read_input(refs[name], handles[name], states[name]) for name in refs}
-    shape = resolve_shape(spec, {name: side.rows for name, side in sides.items()}, handles)
-    warnings = list(spec.notes)
-    warnings += cdf_off_warnings({name: (handles[name], states[name]) for name in refs})
-    current = {name: pinned_input(handles[name], states[name], sides[name].raw.schema) for name in refs}
-    refresh, plan = begin_refresh(spec, output, current, options, started, warnings)
-    if plan.mode == "noop":
-        assert refresh.previous is not None
-        phase("committed")
-        return refresh.result(plan, refresh.previous.output_version, _rows(spec))
-    if plan.mode == "incremental":
-        try:
-            return _incremental(spec, shape, sides, output, plan, refresh)
-        except RebuildRequired as unavailable:
-            plan = RefreshPlan("full", str(unavailable), dict.fromkeys(current))
-    return _full(spec, shape, sides, output, plan, refresh)
+class MultiWayJoinRefresh(KindRefresh):
+    """One refresh of a ``multiway_join``'s output (see the module docstring).
+
+    >>> refresh_once(MultiWayJoinRefresh(load_spec("business_reviews.yaml"), spark), options)["mode"]
+    'incremental'
+    """
+
+    spec: MultiWayJoinSpec
+
+    def prepare(self, states: dict[str, TableState]) -> dict[str, InputState]:
+        refs, handles = self.spec.inputs(), self.handles
+        self.sides = {name: read_input(refs[name], handles[name], states[name]) for name in refs}
+        self.shape = resolve_shape(self.spec, {name: side.rows for name, side in self.sides.items()}, handles)
+        self.warnings += list(self.spec.notes)
+        self.warnings += cdf_off_warnings({name: (handles[name], states[name]) for name in refs})
+        return {name: pinned_input(handles[name], states[name], self.sides[name].raw.schema) for name in refs}
+
+    def noop_rows(self) -> dict[str, Any]:
+        return _rows(self.spec)
+
+    def incremental(self, refresh: RefreshContext, plan: RefreshPlan) -> Written:
+        return _incremental(self.spec, self.shape, self.sides, self.output, plan, refresh)
+
+    def full(self, refresh: RefreshContext, plan: RefreshPlan) -> Written:
+        return _full(self.spec, self.shape, self.sides, self.output, plan, refresh)
 
 
 def _rows(spec: MultiWayJoinSpec, **counts: Any) -> dict[str, Any]:
@@ -303,7 +301,7 @@ def _full(
     output: DeltaHandle,
     plan: RefreshPlan,
     refresh: RefreshContext,
-) -> dict[str, Any]:
+) -> Written:
     dropped = null_keys_of([(sides[item.name], item.key) for item in shape.inputs])
     nulls = {item.name: count for item, count in zip(shape.inputs, dropped, strict=True)}
     frames = [
@@ -323,7 +321,6 @@ def _full(
         )
     finally:
         joined.unpersist()
-    phase("committed")
     counts: dict[str, Any] = {
         "inserted": commit.inserted,
         "updated": commit.updated,
@@ -331,9 +328,7 @@ def _full(
     }
     if duplicates is not None:
         counts["pkey_duplicates"] = duplicates
-    return refresh.result(
-        plan, commit.version, _rows(spec, **counts, nulls=nulls), write_path=commit.write_path
-    )
+    return Written(commit, _rows(spec, **counts, nulls=nulls))
 
 
 # -- the N:M guard and the pkey check ------------------------------------------------------------------
@@ -491,8 +486,8 @@ def _incremental(
     output: DeltaHandle,
     plan: RefreshPlan,
     refresh: RefreshContext,
-) -> dict[str, Any]:
-    """The telescoping refresh: its result. Raises :class:`RebuildRequired` when a feed cannot serve."""
+) -> Written:
+    """The telescoping refresh: what it wrote. Raises :class:`RebuildRequired` when a feed cannot serve."""
     changes: dict[str, InputChanges] = {}
     cached: list[DataFrame] = []
     net: NetChanges | None = None
@@ -537,7 +532,6 @@ def _incremental(
             frame.unpersist()
         for found in changes.values():
             found.release()
-    phase("committed")
     counts: dict[str, Any] = {
         "inserted": commit.inserted,
         "updated": commit.updated,
@@ -548,8 +542,7 @@ def _incremental(
     }
     if duplicates is not None:
         counts["pkey_duplicates"] = duplicates
-    used = RefreshPlan(plan.mode, reason, plan.from_versions)
-    return refresh.result(used, commit.version, _rows(spec, **counts), write_path=commit.write_path)
+    return Written(commit, _rows(spec, **counts), reason if reason != plan.reason else None)
 
 
 def _affected_join_keys(frames: list[DataFrame], arity: int) -> tuple[DataFrame, int]:

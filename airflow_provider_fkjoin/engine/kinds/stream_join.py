@@ -23,26 +23,26 @@ stream version is a ``noop`` even if the table changed.
 
 Example::
 
-    run_stream_table_join(load_spec({"kind": "stream_table_join",
+    refresh_once(StreamTableJoinRefresh(load_spec({"kind": "stream_table_join",
         "stream": {"path": "/w/orders_stream"},
         "table": {"path": "/w/products_global", "key": ["product_id"]},
-        "key_mapper": ["product_id"], "how": "left", "output": {"path": "/w/orders_enriched"}}), spark)
+        "key_mapper": ["product_id"], "how": "left", "output": {"path": "/w/orders_enriched"}}), spark),
+        options)
     # {"mode": "incremental", "rows": {"inserted": 120, "stream_records_read": 120, ...}, ...}
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
-from pyspark.sql import Column, DataFrame, Observation, SparkSession
+from pyspark.sql import Column, DataFrame, Observation
 from pyspark.sql import functions as F
 
 from ..core.errors import SpecError, TableNotBootstrappedError
-from ..core.planning import RebuildRequired, RefreshPlan
+from ..core.planning import InputState, RefreshPlan
 from ..core.progress import InputProgress, read_progress
 from ..core.spec import StreamTableJoinSpec, TableRef, quote
 from ..core.trace import phase
@@ -61,7 +61,7 @@ from ..delta.tables import (
 from ..logs import watermarks
 from ..runtime.expressions import analysed, check_expressions, schema_probe
 from ..write.merge import Commit, CommitRequest, append_output
-from ..write.refresh import RunOptions, begin_refresh, refuse_replacing_append_only
+from ..write.refresh import KindRefresh, RefreshContext, Written
 
 MAPPED_PREFIX = "_fkjoin_mk"
 BOOTSTRAP_KIND = "global_table_bootstrap"
@@ -282,108 +282,98 @@ def _rows(
     }
 
 
-def run_stream_table_join(
-    spec: StreamTableJoinSpec, spark: SparkSession, options: RunOptions
-) -> dict[str, Any]:
-    """Join the stream records appended since the last refresh to the pinned table; append the result."""
-    started = time.monotonic()
-    stream = DeltaHandle(spark, spec.stream, "stream")
-    table = DeltaHandle(spark, spec.table, "table")
-    output = DeltaHandle(spark, spec.output, "output")
-    stream.require()
-    table.require()
-    warnings: list[str] = []
-    checkpoint_of = global_table_checkpoint(table) if spec.table.changelog is None else None
-    bootstrap_warning = check_bootstrapped(spec, table, checkpoint_of)
-    if bootstrap_warning:
-        warnings.append(bootstrap_warning)
+class StreamTableJoinRefresh(KindRefresh):
+    """Join the stream records appended since the last refresh to the pinned table; append the result.
 
-    states: dict[str, TableState] = {"stream": stream.state(), "table": table.state()}
-    versions = {side: state.version for side, state in states.items()}
-    phase("pinned")
-    stream_df = input_frame(stream, states["stream"])
-    # A global table is written by MERGE on its key, so it holds one row per key: no duplicate check.
-    lookup = LookupTable(spec, table, states["table"], keyed_by_engine=checkpoint_of is not None)
-    shape = resolve_shape(spec, stream, stream_df, lookup)
-    if not states["stream"].cdf_enabled:
-        warnings.append(
-            f"change data feed is off on stream {stream.location}: every refresh re-joins the whole stream "
-            "against the current table; enable it with ALTER TABLE ... SET TBLPROPERTIES "
-            "(delta.enableChangeDataFeed = true)"
-        )
-    if spec.table.changelog is not None:
-        warnings.append(
-            f"table {table.location} is a changelog source: each refresh reduces its events to the latest "
-            "per key; bootstrap it into a global table (global_table_bootstrap) to join a materialised table"
-        )
+    >>> refresh_once(StreamTableJoinRefresh(load_spec("orders_x_products.yaml"), spark), options)["mode"]
+    'incremental'
+    """
 
-    s_state = states["stream"]
-    current = {"stream": pinned_input(stream, s_state, stream_df.schema, versions["stream"])}
-    consumed = {
-        "stream": current["stream"].consumed(),
-        "table": InputProgress(table.location, states["table"].table_id, versions["table"]),
-    }
-    refresh, plan = begin_refresh(
-        spec, output, current, options, started, warnings, consumed, append_only=True
+    spec: StreamTableJoinSpec
+    append_only = True
+    replace_consequence = (
+        "Replacing re-joins every stream record against the table as it is now, so earlier lookups change."
     )
-    previous = refresh.previous
 
-    def result(plan: RefreshPlan, output_version: int | None, rows: dict[str, Any]) -> dict[str, Any]:
-        # the table is looked up, not consumed: its range is the versions the output's records saw
+    def prepare(self, states: dict[str, TableState]) -> dict[str, InputState]:
+        spec = self.spec
+        self.stream, self.table = self.handles["stream"], self.handles["table"]
+        checkpoint_of = global_table_checkpoint(self.table) if spec.table.changelog is None else None
+        bootstrap_warning = check_bootstrapped(spec, self.table, checkpoint_of)
+        if bootstrap_warning:
+            self.warnings.append(bootstrap_warning)
+        self.versions = {side: state.version for side, state in states.items()}
+        self.stream_df = input_frame(self.stream, states["stream"])
+        # A global table is written by MERGE on its key, so it holds one row per key: no duplicate check.
+        self.lookup = LookupTable(
+            spec, self.table, states["table"], keyed_by_engine=checkpoint_of is not None
+        )
+        self.shape = resolve_shape(spec, self.stream, self.stream_df, self.lookup)
+        if not states["stream"].cdf_enabled:
+            self.warnings.append(
+                f"change data feed is off on stream {self.stream.location}: every refresh re-joins the whole "
+                "stream against the current table; enable it with ALTER TABLE ... SET TBLPROPERTIES "
+                "(delta.enableChangeDataFeed = true)"
+            )
+        if spec.table.changelog is not None:
+            self.warnings.append(
+                f"table {self.table.location} is a changelog source: each refresh reduces its events to the "
+                "latest per key; bootstrap it into a global table (global_table_bootstrap) to join a "
+                "materialised table"
+            )
+        self.table_state = states["table"]
+        return {"stream": pinned_input(self.stream, states["stream"], self.stream_df.schema)}
+
+    def consumed(self, current: dict[str, InputState]) -> dict[str, InputProgress]:
+        """The stream's version, and the table's: looked up, not consumed, but recorded for the result."""
+        return {
+            "stream": current["stream"].consumed(),
+            "table": InputProgress(self.table.location, self.table_state.table_id, self.versions["table"]),
+        }
+
+    def noop_rows(self) -> dict[str, Any]:
+        return _rows()
+
+    def result_inputs(self, refresh: RefreshContext, plan: RefreshPlan) -> dict[str, dict[str, Any]]:
+        """The table's range is the versions the output's records saw, not a range consumed."""
+        previous = refresh.previous
         table_from = previous.inputs["table"].version if previous and "table" in previous.inputs else None
-        inputs = {
+        return {
             "stream": {
-                "path": stream.location,
+                "path": self.stream.location,
                 "from_version": plan.from_versions.get("stream"),
-                "to_version": versions["stream"],
+                "to_version": self.versions["stream"],
             },
             "table": {
-                "path": table.location,
+                "path": self.table.location,
                 "from_version": table_from if plan.mode != "full" else None,
-                "to_version": versions["table"] if plan.mode != "noop" else table_from,
+                "to_version": self.versions["table"] if plan.mode != "noop" else table_from,
             },
         }
-        return refresh.result(plan, output_version, rows, inputs=inputs)
 
-    if plan.mode == "noop":
-        assert previous is not None
-        phase("committed")
-        return result(plan, previous.output_version, _rows())
-
-    if plan.mode == "incremental":
+    def incremental(self, refresh: RefreshContext, plan: RefreshPlan) -> Written:
         after = plan.from_versions["stream"]
         assert after is not None
-        try:
-            commit, rows = _incremental(
-                spec,
-                shape,
-                stream,
-                lookup,
-                output,
+        request = refresh.request("incremental", plan.reason)
+        return Written(
+            *_incremental(
+                self.spec,
+                self.shape,
+                self.stream,
+                self.lookup,
+                self.output,
                 after,
-                versions["stream"],
-                warnings,
-                refresh.request("incremental", plan.reason),
+                self.versions["stream"],
+                self.warnings,
+                request,
             )
-        except RebuildRequired as unavailable:
-            plan = RefreshPlan("full", str(unavailable), {"stream": None})
-        else:
-            phase("committed")
-            return result(plan, commit.version, rows)
-
-    if output.exists() and not (spec.allow_full_replace or options.full_refresh):
-        refuse_replacing_append_only(
-            spec.kind,
-            output,
-            plan.reason,
-            "Replacing re-joins every stream record against the table as it is now, so earlier lookups "
-            "change.",
         )
-    commit, rows = _full(
-        spec, shape, stream_df, lookup, output, warnings, refresh.request("full", plan.reason)
-    )
-    phase("committed")
-    return result(plan, commit.version, rows)
+
+    def full(self, refresh: RefreshContext, plan: RefreshPlan) -> Written:
+        request = refresh.request("full", plan.reason)
+        return Written(
+            *_full(self.spec, self.shape, self.stream_df, self.lookup, self.output, self.warnings, request)
+        )
 
 
 def _full(

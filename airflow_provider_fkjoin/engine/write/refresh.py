@@ -1,9 +1,14 @@
-"""One refresh of one output: what every kind does once its inputs are pinned.
+"""One refresh of one output: the skeleton every kind runs, around the kind's own algorithm.
 
-:func:`begin_refresh` reads the output's log and plans the refresh (full, incremental or noop);
-:class:`RefreshContext` carries it to the commit: the progress the commit records, the write path, the
-warnings, and the result dict.
+:func:`refresh_once` is the skeleton: pin the inputs, let the kind read them (:meth:`KindRefresh.prepare`),
+plan the refresh from the output's log (:func:`begin_refresh`: full, incremental or noop), run the kind's
+incremental path and fall back to its full rebuild when it raises :class:`RebuildRequired`, and return the
+result dict. :class:`RefreshContext` carries the plan to the commit: the progress the commit records, the
+write path, the warnings, and the result dict. A kind module subclasses :class:`KindRefresh` and holds only
+its join.
 
+>>> refresh_once(ForeignKeyJoinRefresh(spec, spark), options)["mode"]
+'incremental'
 >>> refresh, plan = begin_refresh(spec, output, {"left": left_state}, options, time.monotonic(), [])
 >>> plan.mode, refresh.request("incremental", plan.reason).seq
 ('incremental', 4)
@@ -12,11 +17,15 @@ warnings, and the result dict.
 from __future__ import annotations
 
 import logging
+import time
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
+
+from pyspark.sql import SparkSession
 
 from ..core.errors import FullRebuildRefusedError
-from ..core.planning import InputState, RefreshPlan, plan_refresh, refresh_result
+from ..core.planning import InputState, RebuildRequired, RefreshPlan, plan_refresh, refresh_result
 from ..core.progress import (
     InputProgress,
     OutputLog,
@@ -27,7 +36,7 @@ from ..core.progress import (
 from ..core.spec import spec_field_hashes, spec_fingerprint
 from ..core.trace import phase
 from ..delta.ownership import Ownership
-from ..delta.tables import DeltaHandle
+from ..delta.tables import DeltaHandle, TableState
 from .merge import Commit, CommitRequest
 from .net_changes import MergeRequired, NetChanges, commit_net_changes, compact_output
 
@@ -75,6 +84,12 @@ class RefreshContext:
     def previous(self) -> Progress | None:
         """The last refresh's progress, if the output's log holds one."""
         return self.log.progress
+
+    @property
+    def previous_output_version(self) -> int:
+        """The output version the last refresh committed (a noop reports it)."""
+        assert self.log.progress is not None
+        return self.log.progress.output_version
 
     def request(self, mode: str, reason: str, extra: dict[str, Any] | None = None) -> CommitRequest:
         """The identity of the refresh commit that follows the last one: next seq, progress, txn id.
@@ -248,3 +263,155 @@ def refuse_replacing_append_only(kind: str, output: DeltaHandle, reason: str, co
         f"({reason}); nothing was written. {consequence} To do it, run once with full_refresh "
         "(fkjoin run --full-refresh), or set allow_full_replace: true"
     )
+
+
+@dataclass(frozen=True)
+class Written:
+    """What one path of a kind's refresh wrote: its commit and the result's ``rows``. ``reason`` replaces
+    the plan's when the path learned more on the way (a multiway refresh that had to recompute)."""
+
+    commit: Commit
+    rows: dict[str, Any]
+    reason: str | None = None
+
+
+class KindRefresh(ABC):
+    """One kind's refresh of one output: the join's own algorithm, which :func:`refresh_once` runs.
+
+    A kind subclasses it with three steps: :meth:`prepare` reads the pinned inputs (the join's shape,
+    its warnings) and says what the refresh consumes; :meth:`incremental` writes what changed, or raises
+    :class:`RebuildRequired` (with the reason) to have the skeleton rebuild; :meth:`full` rebuilds. The
+    skeleton does the rest: pinning, planning, the noop, the fallback, refusing to replace an append-only
+    output, phases and the result dict.
+
+    >>> class Copy(KindRefresh):
+    ...     def prepare(self, states): ...
+    ...     def incremental(self, refresh, plan): ...
+    ...     def full(self, refresh, plan): ...
+    >>> refresh_once(Copy(spec, spark), options)["mode"]
+    'full'
+    """
+
+    #: An append-only output (a stream join's) is never re-read, and never replaced without opt-in.
+    append_only: ClassVar[bool] = False
+    #: What replacing an append-only output would change for the rows earlier refreshes appended.
+    replace_consequence: ClassVar[str] = ""
+
+    def __init__(self, spec: Any, spark: SparkSession, identity: Any = None) -> None:
+        #: What to compute; ``identity`` is the spec the output's progress is recorded under (default:
+        #: ``spec``), when one kind runs as another (a table-mode windowed join as a foreign-key join).
+        self.spec = spec
+        self.identity = identity if identity is not None else spec
+        self.spark = spark
+        self.output = DeltaHandle(spark, spec.output, "output")
+        self.handles = {name: DeltaHandle(spark, ref, name) for name, ref in self.inputs().items()}
+        self.warnings: list[str] = []
+
+    def inputs(self) -> dict[str, Any]:
+        """The input tables by name (default: the spec's own, in result order)."""
+        return dict(self.spec.inputs())
+
+    @abstractmethod
+    def prepare(self, states: dict[str, TableState]) -> dict[str, InputState]:
+        """Read the inputs at their pinned ``states``; return those whose changes the refresh consumes."""
+
+    def consumed(self, current: dict[str, InputState]) -> dict[str, InputProgress] | None:
+        """What the commit records per input (None: each of ``current`` at its pinned version)."""
+        return None
+
+    def noop_rows(self) -> dict[str, Any]:
+        """The result's ``rows`` when nothing changed."""
+        return {"inserted": 0, "updated": 0, "deleted": 0}
+
+    @abstractmethod
+    def incremental(self, refresh: RefreshContext, plan: RefreshPlan) -> Written:
+        """Write what changed since the progress; raise :class:`RebuildRequired` to rebuild instead."""
+
+    @abstractmethod
+    def full(self, refresh: RefreshContext, plan: RefreshPlan) -> Written:
+        """Rebuild the output from the pinned inputs."""
+
+    def allows_replace(self, options: RunOptions) -> bool:
+        """Whether a full rebuild may replace an existing append-only output."""
+        return options.full_refresh or bool(getattr(self.spec, "allow_full_replace", False))
+
+    def result_fields(
+        self, refresh: RefreshContext, plan: RefreshPlan, output_version: int
+    ) -> dict[str, Any]:
+        """The kind's own top-level fields of the result dict (``docs/concepts/result.md``)."""
+        return {}
+
+    def result_inputs(self, refresh: RefreshContext, plan: RefreshPlan) -> dict[str, dict[str, Any]] | None:
+        """The result's ``inputs`` (None: each consumed input's path and version range)."""
+        return None
+
+    def result(
+        self, refresh: RefreshContext, plan: RefreshPlan, commit: Commit | None, rows: dict[str, Any]
+    ) -> dict[str, Any]:
+        """The result dict; ``commit`` is None for a noop. A keyed output's reports its write path."""
+        version = commit.version if commit is not None else refresh.previous_output_version
+        fields = self.result_fields(refresh, plan, version)
+        if not self.append_only:
+            fields["write_path"] = commit.write_path if commit is not None else None
+            fields["compacted"] = commit.compacted if commit is not None else False
+        return refresh.result(plan, version, rows, inputs=self.result_inputs(refresh, plan), **fields)
+
+
+def pin_inputs(handles: dict[str, DeltaHandle]) -> dict[str, TableState]:
+    """Each input's state, pinned for the whole refresh after checking every input exists; a table named
+    twice (a self-join's two sides) is pinned once, so both read one version.
+
+    >>> pin_inputs({"left": orders, "right": customers})["left"].version
+    7
+    """
+    for handle in handles.values():
+        handle.require()
+    pinned: dict[str, TableState] = {}
+    for name, handle in handles.items():
+        twin = next((n for n in pinned if handles[n].ref.identity == handle.ref.identity), None)
+        pinned[name] = pinned[twin] if twin is not None else handle.state()
+    return pinned
+
+
+def refresh_once(kind: KindRefresh, options: RunOptions) -> dict[str, Any]:
+    """Refresh one output once with ``kind``'s algorithm: the skeleton every kind shares.
+
+    Pin the inputs, let the kind read them, plan from the output's log; a noop returns at once; an
+    incremental refresh that raises :class:`RebuildRequired` becomes a full rebuild with its reason; an
+    append-only output is not replaced unless the spec or the run allows it.
+
+    >>> refresh_once(ForeignKeyJoinRefresh(spec, spark), options)["mode"]
+    'incremental'
+    """
+    started = time.monotonic()
+    states = pin_inputs(kind.handles)
+    phase("pinned")
+    current = kind.prepare(states)
+    refresh, plan = begin_refresh(
+        kind.identity,
+        kind.output,
+        current,
+        options,
+        started,
+        kind.warnings,
+        kind.consumed(current),
+        append_only=kind.append_only,
+    )
+    if plan.mode == "noop":
+        phase("committed")
+        return kind.result(refresh, plan, None, kind.noop_rows())
+    if plan.mode == "incremental":
+        try:
+            written = kind.incremental(refresh, plan)
+        except RebuildRequired as unavailable:
+            plan = RefreshPlan("full", str(unavailable), dict.fromkeys(current))
+        else:
+            phase("committed")
+            if written.reason is not None:
+                plan = RefreshPlan(plan.mode, written.reason, plan.from_versions)
+            return kind.result(refresh, plan, written.commit, written.rows)
+    if kind.append_only and kind.output.exists() and not kind.allows_replace(options):
+        refuse_replacing_append_only(kind.identity.kind, kind.output, plan.reason, kind.replace_consequence)
+    written = kind.full(refresh, plan)
+    phase("committed")
+    return kind.result(refresh, plan, written.commit, written.rows)

@@ -24,49 +24,38 @@ its spec says ``optimize: false``; its result then says ``"optimized": "self_joi
 
 Example::
 
-    run_self_join(load_spec({"kind": "self_join",
+    refresh_once(self_join_refresh(load_spec({"kind": "self_join",
         "input": {"path": "/w/atm_txns", "key": ["account_id"], "time": "txn_ts", "order_by": ["offset"]},
         "window": {"before": "10m", "after": "10m"},
         "columns": {"account_id": "l.account_id", "txn": "l.txn_id", "paired_txn": "r.txn_id"},
-        "output": {"path": "/w/atm_pairs"}}), spark, options)
+        "output": {"path": "/w/atm_pairs"}}), spark), options)
     # {"kind": "self_join", "mode": "incremental", "optimized": "self_join", "rows": {"pairs": 12, ...}}
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from ...core.spec import EVENT_TIME, SelfJoinSpec, WindowedJoinSpec, quote
 from ...delta.changes import maybe_broadcast
-from ...delta.tables import DeltaHandle
-from ...write.refresh import RunOptions
-from .stream import _LEFT_ROW, _NULL, _POS, _T, SIDES, StreamJoinRefresh, run_event_join
+from .stream import _LEFT_ROW, _NULL, _POS, _T, EventJoinRefresh, StreamJoinRefresh
 
 _OBS_BEFORE = "_fkjoin_obs_before"
 _OBS_AFTER = "_fkjoin_obs_after"
-_NAMES = ("input", "input")
 
 
-def run_self_join(spec: SelfJoinSpec, spark: SparkSession, options: RunOptions) -> dict[str, Any]:
-    """Refresh a self-join once; see the module docstring for the algorithm."""
-    handles = {"input": DeltaHandle(spark, spec.input, "input")}
-    result = run_event_join(spec, spec.as_windowed_join(), handles, _NAMES, SelfJoinRefresh, options)
-    return {**result, "optimized": "self_join"}
+def self_join_refresh(spec: SelfJoinSpec, spark: SparkSession) -> EventJoinRefresh:
+    """A self-join's refresh: the stream join's skeleton with the one-store computation."""
+    return EventJoinRefresh(spec, spec.as_windowed_join(), spark, SelfJoinRefresh, optimized="self_join")
 
 
-def run_windowed_join_as_self_join(
-    spec: WindowedJoinSpec, spark: SparkSession, options: RunOptions
-) -> dict[str, Any]:
-    """Refresh a stream-mode ``windowed_join`` of one table with itself with the self-join's one store.
+def windowed_join_as_self_join(spec: WindowedJoinSpec, spark: SparkSession) -> EventJoinRefresh:
+    """A stream-mode ``windowed_join`` of one table with itself, refreshed with the self-join's one store.
 
     The spec keeps its own identity (``left``/``right`` names, fingerprint); only the computation changes.
     """
-    handles = {side: DeltaHandle(spark, getattr(spec, side), side) for side in SIDES}
-    result = run_event_join(spec, spec, handles, SIDES, SelfJoinRefresh, options)
-    return {**result, "optimized": "self_join"}
+    return EventJoinRefresh(spec, spec, spark, SelfJoinRefresh, optimized="self_join")
 
 
 class SelfJoinRefresh(StreamJoinRefresh):

@@ -35,17 +35,16 @@ output names untouched, and the rerun starts from it.
 
 Example::
 
-    run_windowed_stream_join(load_spec({"kind": "windowed_join", "mode": "stream",
+    refresh_once(EventJoinRefresh(spec := load_spec({"kind": "windowed_join", "mode": "stream",
         "left": {"path": "/w/impressions", "key": ["ad_id"], "time": "shown_at", "order_by": ["offset"]},
         "right": {"path": "/w/clicks", "key": ["ad_id"], "time": "clicked_at"},
         "window": {"before": "1h", "after": "1h", "grace": "10m"}, "how": "left",
-        "output": {"path": "/w/ad_clicks"}}), spark, options)
+        "output": {"path": "/w/ad_clicks"}}), spec, spark), options)
     # {"mode": "incremental", "rows": {"inserted": 42, "pairs": 40, "unmatched": 2, "pending": 7, ...}}
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,7 +54,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from ...core.errors import InputDataError, SpecError
-from ...core.planning import RebuildRequired, RefreshPlan
+from ...core.planning import InputState, RebuildRequired, RefreshPlan
 from ...core.spec import EVENT_TIME, EventStreamRef, WindowedJoinSpec, quote
 from ...core.trace import phase
 from ...delta.changes import maybe_broadcast, read_feed
@@ -63,7 +62,7 @@ from ...delta.state_tables import StateTable
 from ...delta.tables import DeltaHandle, TableState, input_frame, null_of, pinned_input, require_columns
 from ...runtime.expressions import analysed, check_expressions, schema_probe
 from ...write.merge import Commit, append_output
-from ...write.refresh import RefreshContext, RunOptions, begin_refresh, refuse_replacing_append_only
+from ...write.refresh import KindRefresh, RefreshContext, Written
 
 SIDES = ("left", "right")
 _SIDE = "_fkjoin_side"  # 0: left, 1: right
@@ -194,91 +193,92 @@ def resolve_shape(
     return StreamShape(left_schema, right_schema, left_time, projection, projected.columns)
 
 
-def run_windowed_stream_join(
-    spec: WindowedJoinSpec, spark: SparkSession, options: RunOptions
-) -> dict[str, Any]:
-    """Refresh a stream-mode windowed join once; see the module docstring for the algorithm."""
-    handles = {side: DeltaHandle(spark, getattr(spec, side), side) for side in SIDES}
-    return {**run_event_join(spec, spec, handles, SIDES, StreamJoinRefresh, options), "optimized": None}
+class EventJoinRefresh(KindRefresh):
+    """One refresh of a join of event streams: pin the inputs, compute with ``computation`` (a
+    :class:`StreamJoinRefresh`, or the self-join's) and append, carrying the join's state to the next.
 
+    ``identity`` is the spec the output's progress is keyed by and names the inputs (``left`` and
+    ``right``, or a self-join's one ``input``); ``spec`` says what to compute. ``optimized`` is reported in
+    the result.
 
-def run_event_join(
-    identity: Any,
-    spec: WindowedJoinSpec,
-    handles: dict[str, DeltaHandle],
-    names: tuple[str, str],
-    refresh_type: type[StreamJoinRefresh],
-    options: RunOptions,
-) -> dict[str, Any]:
-    """One refresh of a join of event streams: pin the inputs, plan, compute with ``refresh_type`` and
-    commit. ``identity`` is the spec the output's progress is keyed by; ``spec`` says what to compute;
-    ``handles`` maps each input name (``names``: the names of the left and the right side) to its table.
-    A table on both sides is pinned once, so both sides read one version."""
-    started = time.monotonic()
-    spark = next(iter(handles.values())).spark
-    output = DeltaHandle(spark, spec.output, "output")
-    state = StateTable(output)
-    if spec.how != "inner":
-        state.path  # noqa: B018 - a join that keeps pending rows needs an output path: refused here, early
-    for handle in handles.values():
-        handle.require()
-    pinned: dict[str, TableState] = {}
-    for name, handle in handles.items():
-        twin = next((n for n in pinned if handles[n].ref.identity == handle.ref.identity), None)
-        pinned[name] = pinned[twin] if twin is not None else handle.state()
-    phase("pinned")
-    frames = {name: input_frame(handles[name], pinned[name]) for name in handles}
-    by_side = dict(zip(SIDES, names, strict=True))
-    shape = resolve_shape(
-        spec,
-        {side: handles[name] for side, name in by_side.items()},
-        {side: frames[name] for side, name in by_side.items()},
-        names,
+    >>> refresh_once(EventJoinRefresh(spec, spec, spark), options)["rows"]["pairs"]
+    40
+    """
+
+    spec: WindowedJoinSpec
+    append_only = True
+    replace_consequence = (
+        "Replacing re-runs the join over every input row as one refresh, so rows emitted by earlier "
+        "refreshes may differ."
     )
-    warnings: list[str] = []
-    current = {name: pinned_input(handles[name], pinned[name], frames[name].schema) for name in handles}
-    refresh, plan = begin_refresh(identity, output, current, options, started, warnings, append_only=True)
-    previous = refresh.previous
-    if plan.mode == "noop":
-        assert previous is not None
-        phase("committed")
-        return refresh.result(plan, previous.output_version, _rows(names))
 
-    def join(plan: RefreshPlan, carried: CarriedState) -> StreamJoinRefresh:
-        return refresh_type(spec, shape, handles, pinned, plan, carried, state, warnings, names)
+    def __init__(
+        self,
+        identity: Any,
+        spec: WindowedJoinSpec,
+        spark: SparkSession,
+        computation: type[StreamJoinRefresh] | None = None,
+        optimized: str | None = None,
+    ) -> None:
+        super().__init__(spec, spark, identity)
+        self.computation = computation or StreamJoinRefresh
+        self.optimized = optimized
+        names = list(self.handles)
+        self.names = (names[0], names[-1])
+        self.state = StateTable(self.output)
+        if spec.how != "inner":
+            self.state.path  # noqa: B018 - a join that keeps pending rows needs an output path: refused here, early
 
-    carried = None
-    if plan.mode == "incremental":
-        assert previous is not None
-        carried = CarriedState.from_extra(previous.extra.get(STATE_EXTRA))
-        if carried is None or (
-            carried.state_version is not None and not state.readable(carried.state_version)
-        ):
-            plan = RefreshPlan(
-                "full",
-                "the join's state (stream time, pending rows) recorded by the last refresh is gone",
-                dict.fromkeys(current),
-            )
-            carried = None
-    if plan.mode == "incremental":
-        try:
-            commit, rows = join(plan, carried or CarriedState.empty()).run(refresh, replace=False)
-        except RebuildRequired as unavailable:
-            plan = RefreshPlan("full", str(unavailable), dict.fromkeys(current))
-        else:
-            phase("committed")
-            return refresh.result(plan, commit.version, rows)
-    if output.exists() and not (spec.allow_full_replace or options.full_refresh):
-        refuse_replacing_append_only(
-            identity.kind,
-            output,
-            plan.reason,
-            "Replacing re-runs the join over every input row as one refresh, so rows emitted by earlier "
-            "refreshes may differ.",
+    def inputs(self) -> dict[str, Any]:
+        return dict(self.identity.inputs())
+
+    def prepare(self, states: dict[str, TableState]) -> dict[str, InputState]:
+        handles = self.handles
+        frames = {name: input_frame(handles[name], states[name]) for name in handles}
+        by_side = dict(zip(SIDES, self.names, strict=True))
+        self.shape = resolve_shape(
+            self.spec,
+            {side: handles[name] for side, name in by_side.items()},
+            {side: frames[name] for side, name in by_side.items()},
+            self.names,
         )
-    commit, rows = join(plan, CarriedState.empty()).run(refresh, replace=output.exists())
-    phase("committed")
-    return refresh.result(plan, commit.version, rows)
+        self.pinned = states
+        return {name: pinned_input(handles[name], states[name], frames[name].schema) for name in handles}
+
+    def noop_rows(self) -> dict[str, Any]:
+        return _rows(self.names)
+
+    def result_fields(
+        self, refresh: RefreshContext, plan: RefreshPlan, output_version: int
+    ) -> dict[str, Any]:
+        return {"optimized": self.optimized}
+
+    def _join(self, plan: RefreshPlan, carried: CarriedState) -> StreamJoinRefresh:
+        return self.computation(
+            self.spec,
+            self.shape,
+            self.handles,
+            self.pinned,
+            plan,
+            carried,
+            self.state,
+            self.warnings,
+            self.names,
+        )
+
+    def incremental(self, refresh: RefreshContext, plan: RefreshPlan) -> Written:
+        assert refresh.previous is not None
+        carried = CarriedState.from_extra(refresh.previous.extra.get(STATE_EXTRA))
+        if carried is None or (
+            carried.state_version is not None and not self.state.readable(carried.state_version)
+        ):
+            raise RebuildRequired(
+                "the join's state (stream time, pending rows) recorded by the last refresh is gone"
+            )
+        return Written(*self._join(plan, carried).run(refresh, replace=False))
+
+    def full(self, refresh: RefreshContext, plan: RefreshPlan) -> Written:
+        return Written(*self._join(plan, CarriedState.empty()).run(refresh, replace=self.output.exists()))
 
 
 @dataclass(frozen=True)

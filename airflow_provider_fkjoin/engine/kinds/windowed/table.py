@@ -6,7 +6,7 @@ end)``. Three shapes, one output keyed like the left side:
 * **Inner and left joins** (plain tables, windowed tables on the same or a shifted window, or a windowed
   table enriched from a plain one) *are* foreign-key joins: each left row references at most one right
   row, through the left key (with the window shifted by the right side's ``offset``: ``-7d`` looks up the
-  window a week earlier). They run as one (:func:`.fk_join.run_foreign_key_join`), so they share its
+  window a week earlier). They run as one (:class:`.fk_join.ForeignKeyJoinRefresh`), so they share its
   incremental refresh, its write path and its tests; progress is recorded under this spec.
 * **Outer joins** (plain tables, or both windowed) also keep right rows without a left partner, keyed by
   their window shifted back into the left's. A refresh recomputes only the keys either side changed
@@ -15,17 +15,16 @@ end)``. Three shapes, one output keyed like the left side:
 
 Example::
 
-    run_windowed_table_join(load_spec({"kind": "windowed_join", "mode": "table",
+    refresh_once(windowed_table_join_refresh(load_spec({"kind": "windowed_join", "mode": "table",
         "left": {"path": "/w/errors_per_min", "key": ["service"], "window": {"start": "ws", "end": "we"}},
         "right": {"path": "/w/errors_per_min", "key": ["service"],
                   "window": {"start": "ws", "end": "we", "offset": "-7d"}},
         "how": "left", "columns": {"errors": "l.errors", "week_ago": "r.errors"},
-        "output": {"path": "/w/errors_vs_last_week"}}), spark, options)
+        "output": {"path": "/w/errors_vs_last_week"}}), spark), options)
 """
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -33,27 +32,26 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from ...core.errors import SpecError
-from ...core.planning import RebuildRequired, RefreshPlan
+from ...core.planning import InputState, RefreshPlan
 from ...core.spec import ForeignKeyJoinSpec, WindowedTableJoinSpec, WindowedTableRef, quote
 from ...core.trace import phase
 from ...delta.changes import ChangedKeys, KeyCheck, check_keys_of, maybe_broadcast
 from ...delta.tables import DeltaHandle, TableState, key_is_null, pinned_input, require_columns
 from ...runtime.expressions import analysed, check_expressions, schema_probe
-from ...write.merge import PRESENT, merge_output, write_full_output
-from ...write.refresh import RunOptions, begin_refresh
-from ..fk_join import JoinInput, read_changes_of, read_input, run_foreign_key_join
+from ...write.merge import PRESENT, Commit, merge_output, write_full_output
+from ...write.refresh import KindRefresh, RefreshContext, Written
+from ..fk_join import ForeignKeyJoinRefresh, JoinInput, read_changes_of, read_input
 from ..fk_join import expected_output as fk_expected_output
 
 SIDES = ("left", "right")
 
 
-def run_windowed_table_join(
-    spec: WindowedTableJoinSpec, spark: SparkSession, options: RunOptions
-) -> dict[str, Any]:
-    """Refresh a table-mode windowed join once (see the module docstring)."""
+def windowed_table_join_refresh(spec: WindowedTableJoinSpec, spark: SparkSession) -> KindRefresh:
+    """The refresh of a table-mode windowed join (see the module docstring): a foreign-key join's, with
+    its progress recorded under this spec, or the outer join's."""
     if spec.how in ("inner", "left"):
-        return run_foreign_key_join(foreign_key_form(spec, spark), spark, options, identity=spec)
-    return _run_outer(spec, spark, options)
+        return ForeignKeyJoinRefresh(foreign_key_form(spec, spark), spark, identity=spec)
+    return OuterWindowedTableJoinRefresh(spec, spark)
 
 
 def expected_output(
@@ -218,53 +216,57 @@ class OuterShape:
         return joined.select(*self.projection)
 
 
-def _run_outer(spec: WindowedTableJoinSpec, spark: SparkSession, options: RunOptions) -> dict[str, Any]:
-    started = time.monotonic()
-    handles = {side: DeltaHandle(spark, getattr(spec, side), side) for side in SIDES}
-    output = DeltaHandle(spark, spec.output, "output")
-    for handle in handles.values():
-        handle.require()
-    states: dict[str, TableState] = {side: handles[side].state() for side in SIDES}
-    phase("pinned")
-    sides = {side: read_input(getattr(spec, side), handles[side], states[side]) for side in SIDES}
-    shape = OuterShape(spec, sides, spark)
-    warnings: list[str] = []
-    current = {side: pinned_input(handles[side], states[side], sides[side].raw.schema) for side in SIDES}
-    refresh, plan = begin_refresh(spec, output, current, options, started, warnings)
-    rows = {"inserted": 0, "updated": 0, "deleted": 0, "keys_recomputed": 0}
-    if plan.mode == "noop":
-        assert refresh.previous is not None
-        phase("committed")
-        return refresh.result(plan, refresh.previous.output_version, rows)
-    left_rows = sides["left"].rows.where(~key_is_null(shape.key))
-    right_rows = sides["right"].rows.where(~key_is_null(shape.right_key))
-    if plan.mode == "incremental":
-        try:
-            commit, recomputed = _incremental(
-                spec, shape, sides, output, plan, left_rows, right_rows, refresh
-            )
-        except RebuildRequired as unavailable:
-            plan = RefreshPlan("full", str(unavailable), dict.fromkeys(current))
-        else:
-            rows.update(inserted=commit.inserted, updated=commit.updated, deleted=commit.deleted)
-            rows["keys_recomputed"] = recomputed
-            phase("committed")
-            return refresh.result(plan, commit.version, rows, write_path=commit.write_path)
-    check_keys_of(
-        [
-            KeyCheck(left_rows, shape.key, handles["left"], states["left"].version),
-            KeyCheck(right_rows, shape.right_key, handles["right"], states["right"].version),
-        ]
-    )
-    phase("changes_read")
-    joined = shape.join(left_rows, right_rows)
-    phase("merge_started")
-    commit = write_full_output(
-        output, joined, shape.key, shape.value_columns, refresh.request("full", plan.reason)
-    )
-    rows.update(inserted=commit.inserted, updated=commit.updated, deleted=commit.deleted)
-    phase("committed")
-    return refresh.result(plan, commit.version, rows, write_path=commit.write_path)
+class OuterWindowedTableJoinRefresh(KindRefresh):
+    """One refresh of a table-mode windowed outer join: recompute the keys either side changed."""
+
+    spec: WindowedTableJoinSpec
+
+    def prepare(self, states: dict[str, TableState]) -> dict[str, InputState]:
+        spec, handles = self.spec, self.handles
+        self.sides = {side: read_input(getattr(spec, side), handles[side], states[side]) for side in SIDES}
+        self.shape = OuterShape(spec, self.sides, self.spark)
+        self.left_rows = self.sides["left"].rows.where(~key_is_null(self.shape.key))
+        self.right_rows = self.sides["right"].rows.where(~key_is_null(self.shape.right_key))
+        self.states = states
+        return {
+            side: pinned_input(handles[side], states[side], self.sides[side].raw.schema) for side in SIDES
+        }
+
+    def noop_rows(self) -> dict[str, Any]:
+        return _rows()
+
+    def incremental(self, refresh: RefreshContext, plan: RefreshPlan) -> Written:
+        commit, recomputed = _incremental(
+            self.spec, self.shape, self.sides, self.output, plan, self.left_rows, self.right_rows, refresh
+        )
+        return Written(commit, _rows(commit, recomputed))
+
+    def full(self, refresh: RefreshContext, plan: RefreshPlan) -> Written:
+        shape, handles, states = self.shape, self.handles, self.states
+        check_keys_of(
+            [
+                KeyCheck(self.left_rows, shape.key, handles["left"], states["left"].version),
+                KeyCheck(self.right_rows, shape.right_key, handles["right"], states["right"].version),
+            ]
+        )
+        phase("changes_read")
+        joined = shape.join(self.left_rows, self.right_rows)
+        phase("merge_started")
+        commit = write_full_output(
+            self.output, joined, shape.key, shape.value_columns, refresh.request("full", plan.reason)
+        )
+        return Written(commit, _rows(commit))
+
+
+def _rows(commit: Commit | None = None, recomputed: int = 0) -> dict[str, Any]:
+    if commit is None:
+        return {"inserted": 0, "updated": 0, "deleted": 0, "keys_recomputed": 0}
+    return {
+        "inserted": commit.inserted,
+        "updated": commit.updated,
+        "deleted": commit.deleted,
+        "keys_recomputed": recomputed,
+    }
 
 
 def _incremental(
@@ -275,8 +277,8 @@ def _incremental(
     plan: RefreshPlan,
     left_rows: DataFrame,
     right_rows: DataFrame,
-    refresh: Any,
-) -> tuple[Any, int]:
+    refresh: RefreshContext,
+) -> tuple[Commit, int]:
     """Recompute the keys either side changed and MERGE them; (commit, keys recomputed)."""
     opened: list[ChangedKeys] = []
     cached: list[DataFrame] = []
