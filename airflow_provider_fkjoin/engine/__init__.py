@@ -34,6 +34,7 @@ from .core.protocol import (
     EXIT_RETRY,
     PHASE_MARKER,
 )
+from .logs.freshness import output_freshness
 from .logs.watermarks import (
     TableMissingError,
     consumed_input,
@@ -108,6 +109,7 @@ __all__ = [
     "location_identity",
     "noop_result",
     "normalise_location",
+    "output_freshness",
     "progress",
     "read_spec_file",
     "refresh_by_origin",

@@ -194,11 +194,14 @@ def new_progress_metadata(
     extra: dict[str, Any] | None = None,
     origin: dict[str, Any] | None = None,
     spec_fields: dict[str, str] | None = None,
+    started_at: str | None = None,
 ) -> tuple[str, str]:
     """The userMetadata JSON for a commit and the token that identifies this refresh's commit.
 
     ``origin`` says who ran the refresh (``{"dag_id": ..., "run_id": ..., "task_id": ..., "map_index": ...,
-    "try_number": ...}`` from the Airflow hook), so a retry can find the commit an earlier try made."""
+    "try_number": ...}`` from the Airflow hook), so a retry can find the commit an earlier try made.
+    ``started_at`` (ISO 8601, UTC) is when the refresh started: with the commit's own timestamp it gives
+    the refresh's duration to anyone reading the log (the Airflow UI's Joins view)."""
     token = uuid.uuid4().hex
     payload = {
         "format": FORMAT_VERSION,
@@ -212,6 +215,7 @@ def new_progress_metadata(
         "extra": extra or {},
         **({"origin": origin} if origin else {}),
         **({"spec_fields": spec_fields} if spec_fields else {}),
+        **({"started_at": started_at} if started_at else {}),
     }
     return json.dumps({METADATA_KEY: payload}, sort_keys=True), token
 

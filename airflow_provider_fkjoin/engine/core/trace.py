@@ -16,11 +16,13 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 
 from .protocol import PHASE_MARKER
 
 log = logging.getLogger("airflow_provider_fkjoin")
 _listeners: list[Callable[[str], None]] = []
+_timeline: ContextVar[dict[str, float] | None] = ContextVar("fkjoin_phase_timeline", default=None)
 
 
 def phase(name: str) -> None:
@@ -29,8 +31,29 @@ def phase(name: str) -> None:
     if os.environ.get("FKJOIN_TRACE") == "1":
         sys.stderr.write(f"{PHASE_MARKER}{name} {time.monotonic():.3f}\n")
         sys.stderr.flush()
+    timeline = _timeline.get()
+    if timeline is not None:
+        timeline.setdefault(name, time.monotonic())
     for listener in list(_listeners):
         listener(name)
+
+
+@contextmanager
+def phase_timeline() -> Iterator[dict[str, float]]:
+    """The monotonic time at which each phase is first reached in this context (this thread's refresh,
+    not a concurrent one's), for the result dict's ``phases``.
+
+    >>> with phase_timeline() as reached:
+    ...     phase("pinned")
+    >>> list(reached)
+    ['pinned']
+    """
+    reached: dict[str, float] = {}
+    token = _timeline.set(reached)
+    try:
+        yield reached
+    finally:
+        _timeline.reset(token)
 
 
 @contextmanager

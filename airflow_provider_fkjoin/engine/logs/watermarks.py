@@ -39,7 +39,9 @@ class TableMissingError(FkJoinError):
     """No Delta table at a location. Permanent: waiting will not make a mistyped path appear."""
 
 
-def _open(path: str | Path, storage_options: dict[str, str] | None) -> deltalake.DeltaTable:
+def open_table(path: str | Path, storage_options: dict[str, str] | None) -> deltalake.DeltaTable:
+    """The Delta table at ``path`` (a local path, ``file:`` URI or object-store URI), through ``deltalake``;
+    :class:`TableMissingError` when there is none."""
     location = str(path)
     if location.startswith("file:"):
         location = location.removeprefix("file://").removeprefix("file:")
@@ -56,7 +58,7 @@ def high_watermark(path: str | Path, storage_options: dict[str, str] | None = No
 
     Raises ``TableMissingError`` when there is no Delta table at ``path``.
     """
-    return int(_open(path, storage_options).version())
+    return int(open_table(path, storage_options).version())
 
 
 def read_history(
@@ -69,7 +71,7 @@ def read_history(
     >>> read_history("/warehouse/orders_enriched", 1)[0]["operation"]
     'MERGE'
     """
-    return history_of(_open(path, storage_options), limit)
+    return history_of(open_table(path, storage_options), limit)
 
 
 def history_of(table: deltalake.DeltaTable, limit: int) -> list[dict[str, Any]]:
@@ -128,7 +130,7 @@ def noop_result(spec: Any, storage_options: dict[str, str] | None = None) -> dic
     if loaded.output.path is None:
         return None
     try:
-        output = _open(loaded.output.path, storage_options)
+        output = open_table(loaded.output.path, storage_options)
     except TableMissingError:
         return None
     recorded = output.metadata().configuration.get(OWNER_PROPERTY)
@@ -140,7 +142,7 @@ def noop_result(spec: Any, storage_options: dict[str, str] | None = None) -> dic
     current: dict[str, InputState] = {}
     for side, consumed in scan.progress.inputs.items():
         try:
-            table = _open(normalise_location(consumed.location), storage_options)
+            table = open_table(normalise_location(consumed.location), storage_options)
         except (ValueError, TableMissingError):
             return None  # a catalog table, or an input gone: the engine says what to do
         metadata = table.metadata()
@@ -191,7 +193,7 @@ def parse_commit_metadata(user_metadata: str | None) -> dict[str, Any] | None:
 TASK_INSTANCE_KEYS = ("dag_id", "run_id", "task_id", "map_index")
 
 
-def _refreshes(table: deltalake.DeltaTable, limit: int = HISTORY_SCAN) -> Iterator[dict[str, Any]]:
+def refresh_commits(table: deltalake.DeltaTable, limit: int = HISTORY_SCAN) -> Iterator[dict[str, Any]]:
     """The refresh commits among a table's newest ``limit`` commits, newest first, as :func:`progress`
     describes them; commits that are not ours (OPTIMIZE, VACUUM) are skipped."""
     for entry in table.history(limit):
@@ -231,7 +233,7 @@ def progress(path: str | Path, storage_options: dict[str, str] | None = None) ->
     not ours (OPTIMIZE, VACUUM) are skipped. Raises ``TableMissingError`` when there is no Delta table at
     ``path``.
     """
-    return next(_refreshes(_open(path, storage_options)), None)
+    return next(refresh_commits(open_table(path, storage_options)), None)
 
 
 def _result(refresh: Mapping[str, Any], location: str, *, committed: bool) -> dict[str, Any]:
@@ -290,7 +292,7 @@ def refresh_result_from_commit(
     """
     location = str(output_path)
     latest: dict[str, Any] | None = None
-    for refresh in _refreshes(_open(output_path, storage_options)):
+    for refresh in refresh_commits(open_table(output_path, storage_options)):
         latest = latest or refresh
         if after_version is not None and refresh["output_version"] <= after_version:
             break
@@ -316,10 +318,10 @@ def refresh_by_origin(
     """
     wanted = {key: origin.get(key) for key in TASK_INSTANCE_KEYS}
     try:
-        table = _open(output_path, storage_options)
+        table = open_table(output_path, storage_options)
     except TableMissingError:
         return None
-    for refresh in _refreshes(table):
+    for refresh in refresh_commits(table):
         if refresh["origin"] and {key: refresh["origin"].get(key) for key in TASK_INSTANCE_KEYS} == wanted:
             return _result(refresh, str(output_path), committed=True)
     return None
@@ -339,7 +341,7 @@ def table_snapshot(path: str | Path, storage_options: dict[str, str] | None = No
     >>> table_snapshot("/warehouse/customers")
     TableSnapshot(version=12, table_id='5f0c...')
     """
-    table = _open(path, storage_options)
+    table = open_table(path, storage_options)
     return TableSnapshot(int(table.version()), str(table.metadata().id))
 
 

@@ -20,6 +20,7 @@ import logging
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar
 
 from pyspark.sql import SparkSession
@@ -34,7 +35,7 @@ from ..core.progress import (
     read_output_log,
 )
 from ..core.spec import spec_field_hashes, spec_fingerprint
-from ..core.trace import phase
+from ..core.trace import phase, phase_timeline
 from ..delta.ownership import Ownership
 from ..delta.tables import DeltaHandle, TableState
 from .merge import Commit, CommitRequest
@@ -81,6 +82,12 @@ class RefreshContext:
     spec_fields: dict[str, str] | None = None
 
     @property
+    def started_at(self) -> str:
+        """When the refresh started, as wall-clock UTC (ISO 8601, seconds)."""
+        started = datetime.now(UTC) - timedelta(seconds=time.monotonic() - self.started)
+        return started.isoformat(timespec="milliseconds")
+
+    @property
     def previous(self) -> Progress | None:
         """The last refresh's progress, if the output's log holds one."""
         return self.log.progress
@@ -105,6 +112,7 @@ class RefreshContext:
             extra=extra,
             origin=self.origin,
             spec_fields=self.spec_fields,
+            started_at=self.started_at,
         )
         return CommitRequest(
             metadata,
@@ -378,12 +386,20 @@ def refresh_once(kind: KindRefresh, options: RunOptions) -> dict[str, Any]:
 
     Pin the inputs, let the kind read them, plan from the output's log; a noop returns at once; an
     incremental refresh that raises :class:`RebuildRequired` becomes a full rebuild with its reason; an
-    append-only output is not replaced unless the spec or the run allows it.
+    append-only output is not replaced unless the spec or the run allows it. The result's ``phases`` say
+    when (seconds after the start) the refresh reached each phase.
 
-    >>> refresh_once(ForeignKeyJoinRefresh(spec, spark), options)["mode"]
-    'incremental'
+    >>> refresh_once(ForeignKeyJoinRefresh(spec, spark), options)["phases"]
+    {'pinned': 0.31, 'changes_read': 1.2, 'merge_started': 2.9, 'committing': 3.8, 'committed': 4.0}
     """
     started = time.monotonic()
+    with phase_timeline() as reached:
+        result = _refresh(kind, options, started)
+    result["phases"] = {name: round(at - started, 3) for name, at in reached.items()}
+    return result
+
+
+def _refresh(kind: KindRefresh, options: RunOptions, started: float) -> dict[str, Any]:
     states = pin_inputs(kind.handles)
     phase("pinned")
     current = kind.prepare(states)
