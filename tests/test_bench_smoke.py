@@ -23,6 +23,7 @@ BENCHMARKS = [
     "floor",
     "floor_windowed",
     "global_table",
+    "joins_view",
     "multiway",
     "self_join",
     "windowed",
@@ -32,7 +33,8 @@ BENCHMARKS = [
 SHARED = ["common", "datagen"]
 PROJECT_PACKAGES = ("airflow_provider_fkjoin", "bench")
 AIRFLOW_LAYER = tuple(
-    f"airflow_provider_fkjoin.{package}" for package in ("hooks", "operators", "sensors", "triggers")
+    f"airflow_provider_fkjoin.{package}"
+    for package in ("hooks", "operators", "sensors", "triggers", "plugins")
 )
 
 

@@ -98,10 +98,14 @@ def healthy(stack: AirflowStack) -> bool:
 
 @contextmanager
 def running_airflow(
-    home: Path, dags_folder: Path, env: Mapping[str, str] | None = None
+    home: Path,
+    dags_folder: Path,
+    env: Mapping[str, str] | None = None,
+    login: tuple[str, str] | None = None,
 ) -> Iterator[AirflowStack]:
     """api-server, scheduler, dag-processor and triggerer on 127.0.0.1 (``env`` overrides the defaults of
-    :func:`airflow_env`), stopped by PID at the end."""
+    :func:`airflow_env`), stopped by PID at the end. The REST client's token is the all-admins one, or
+    with ``login`` (user name, password; real authentication) that user's."""
     port = free_port()
     environment = {**airflow_env(home, port, dags_folder), **(env or {})}
     logs = home / "process-logs"
@@ -133,13 +137,21 @@ def running_airflow(
         wait_for(
             lambda: healthy(stack), timeout_s=180, what="all Airflow components healthy", services=services
         )
-        token = http_json(f"{stack.base_url}/auth/token")["access_token"]
+        token = (
+            user_token(stack, *login) if login else http_json(f"{stack.base_url}/auth/token")["access_token"]
+        )
         assert token.count(".") == 2, "the token is not a JWT"
         stack.token = token
         yield stack
     finally:
         for service in reversed(services):
             service.stop()
+
+
+def user_token(stack: AirflowStack, username: str, password: str) -> str:
+    """A JWT for ``username`` from the simple auth manager's ``POST /auth/token``."""
+    body = {"username": username, "password": password}
+    return str(http_json(f"{stack.base_url}/auth/token", method="POST", body=body)["access_token"])
 
 
 def parsed(stack: AirflowStack, dag_id: str) -> Any:
