@@ -208,26 +208,30 @@ def _asset(name: str) -> bytes:
     return resources.files("airflow_provider_fkjoin.plugins").joinpath("static", name).read_bytes()
 
 
-def _page(name: str) -> HTMLResponse:
-    return HTMLResponse(_asset(name).decode().replace("{{PREFIX}}", URL_PREFIX))
+def _page(page: str, title: str) -> HTMLResponse:
+    """One of the view's pages: the shared shell, which ``joins.js`` fills in for ``page``."""
+    html = _asset("page.html").decode()
+    for placeholder, value in (("{{PREFIX}}", URL_PREFIX), ("{{PAGE}}", page), ("{{TITLE}}", title)):
+        html = html.replace(placeholder, value)
+    return HTMLResponse(html)
 
 
 @app.get("/joins", response_class=HTMLResponse)
 def joins_page(user: GetUserDep) -> HTMLResponse:
     """The Joins view (nav)."""
-    return _page("joins.html")
+    return _page("joins", "Joins")
 
 
 @app.get("/output", response_class=HTMLResponse, dependencies=[Depends(requires_access_dag("GET"))])
 def output_page(dag_id: str, task_id: str) -> HTMLResponse:
     """One output's refresh history."""
-    return _page("output.html")
+    return _page("output", "Join output")
 
 
 @app.get("/refresh", response_class=HTMLResponse, dependencies=[Depends(requires_access_dag("GET"))])
 def refresh_page(dag_id: str, run_id: str, task_id: str) -> HTMLResponse:
     """One task instance's refresh."""
-    return _page("refresh.html")
+    return _page("refresh", "Join refresh")
 
 
 @app.get("/static/{name}")

@@ -89,7 +89,7 @@ def test_the_plugin_is_registered_by_the_package() -> None:
     assert {view["destination"] for view in FkJoinViewsPlugin.external_views} == {"nav", "task_instance"}
 
 
-@pytest.mark.parametrize("name", ["joins.js", "uPlot.iife.min.js", "uPlot.min.css", "joins.html"])
+@pytest.mark.parametrize("name", ["joins.js", "uPlot.iife.min.js", "uPlot.min.css", "page.html"])
 def test_the_view_ships_its_assets(name: str) -> None:
     from importlib import resources
 
