@@ -323,8 +323,11 @@ def test_hook_refresh_noop_and_bad_input_through_spark_connect(
 
 
 def _refresh_commits(spark: Any, path: Path) -> list[dict[str, Any]]:
-    """The output's refresh commits (their progress payload), oldest first; none when it has no table."""
-    if not (path / "_delta_log").exists():
+    """The output's refresh commits (their progress payload), oldest first; none when it has no table.
+
+    A kill during the first refresh can leave data files and an empty ``_delta_log`` folder (Delta makes
+    it before committing version 0): that is no table yet, so no commit."""
+    if not any((path / "_delta_log").glob("*.json")):
         return []
     history = spark.sql(f"DESCRIBE HISTORY delta.`{path}`").orderBy("version").collect()
     return [json.loads(r["userMetadata"])["fkjoin"] for r in history if r["userMetadata"]]
