@@ -16,6 +16,7 @@ from airflow_provider_fkjoin.engine import (
     TableMissingError,
     consumed_version,
     high_watermark,
+    output_freshness,
     progress,
     refresh_result_from_commit,
     run_spec,
@@ -143,3 +144,44 @@ def test_a_refresh_loads_a_table_log_once_and_sees_later_commits(tmp_path: Path)
         assert again.state().version == 1
         assert [entry["version"] for entry in again.history(5)] == [1, 0]
         assert list(logs) == [str(path)]
+
+
+def _refresh(output: Path, kind: str, inputs: dict[str, tuple[Path, int]]) -> None:
+    """A refresh commit as the engine writes one (its progress in userMetadata), without a JVM."""
+    progress = {
+        "kind": kind,
+        "mode": "incremental",
+        "reason": "changes since the last refresh",
+        "inputs": {side: {"location": str(path), "version": v} for side, (path, v) in inputs.items()},
+    }
+    _write(output, [1], json.dumps({"fkjoin": progress}))
+
+
+def test_lag_too_far_back_to_date_is_unknown_not_zero(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from airflow_provider_fkjoin.engine.logs import freshness
+
+    source, out = tmp_path / "source", tmp_path / "out"
+    for i in range(4):  # versions 0-3
+        _write(source, [i])
+    _refresh(out, "foreign_key_join", {"left": (source, 0)})
+    dated = output_freshness(str(out))["inputs"]["left"]
+    assert (dated["lag_versions"], dated["behind_since"] is not None) == (3, True)
+    assert dated["lag_s"] is not None and dated["lag_s"] >= 0
+
+    monkeypatch.setattr(freshness, "MAX_LAG_SCAN", 2)  # version 1's commit is beyond the scan
+    fresh = output_freshness(str(out))
+    assert (fresh["inputs"]["left"]["lag_versions"], fresh["inputs"]["left"]["lag_s"]) == (3, None)
+    assert fresh["lag_s"] is None, "an output behind for an unknown time is not reported fresh"
+
+
+def test_a_looked_up_table_moving_does_not_make_a_stream_join_stale(tmp_path: Path) -> None:
+    stream, table, out = tmp_path / "stream", tmp_path / "table", tmp_path / "out"
+    _write(stream, [1])
+    _write(table, [1])
+    _refresh(out, "stream_table_join", {"stream": (stream, 0), "table": (table, 0)})
+    _write(table, [2])  # the table moves; the stream does not
+    fresh = output_freshness(str(out))
+    assert fresh["inputs"]["table"]["lag_versions"] == 1 and fresh["inputs"]["table"]["lag_s"] > 0
+    assert fresh["lag_s"] == 0.0, "a refresh now would be a noop: the output is not behind"

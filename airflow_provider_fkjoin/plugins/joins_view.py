@@ -30,9 +30,11 @@ from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 from airflow.api_fastapi.app import get_auth_manager
+from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
 from airflow.api_fastapi.common.db.common import SessionDep
 from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_dag
 from airflow.configuration import conf
@@ -44,6 +46,9 @@ from fastapi.responses import HTMLResponse, Response
 URL_PREFIX = "/fkjoin"
 #: Seconds the view waits for all the Delta logs it reads; a table not read by then is "unreadable".
 READ_TIMEOUT_S = conf.getfloat("fkjoin", "joins_view_timeout_s", fallback=10.0)
+#: The threads that read Delta logs for every request: a table that never answers holds one of them, not
+#: one more thread per page load.
+_READS = ThreadPoolExecutor(max_workers=8, thread_name_prefix="fkjoin-view")
 #: The join operators, by class name, and the kind each writes.
 OPERATOR_KINDS = {
     "ForeignKeyJoinOperator": "foreign_key_join",
@@ -83,7 +88,14 @@ def _output_location(value: Any) -> str | None:
     return None
 
 
-def join_task(dag_id: str, task: Any) -> JoinTask | None:
+def _spec_file(path: str, dag: Any) -> Path:
+    """A task's ``spec_file``, relative to its DAG file's folder as the operator reads it."""
+    spec_file = Path(path)
+    fileloc = getattr(dag, "fileloc", None)
+    return spec_file if spec_file.is_absolute() or not fileloc else Path(fileloc).parent / spec_file
+
+
+def join_task(dag_id: str, task: Any, dag: Any = None) -> JoinTask | None:
     """The join output a (deserialized) task writes, or None when the task is not a join operator.
 
     >>> join_task("orders", task)
@@ -100,7 +112,7 @@ def join_task(dag_id: str, task: Any) -> JoinTask | None:
         from airflow_provider_fkjoin.engine import read_spec_file
 
         try:
-            spec = read_spec_file(spec_file)
+            spec = read_spec_file(_spec_file(spec_file, dag))
         except Exception as error:
             return JoinTask(
                 dag_id, task.task_id, kind, None, storage_conn_id, f"spec file unreadable: {error}"
@@ -120,7 +132,7 @@ def join_tasks(dags: Iterable[Any]) -> list[JoinTask]:
     found = []
     for dag in dags:
         for task in dag.tasks:
-            joined = join_task(dag.dag_id, task)
+            joined = join_task(dag.dag_id, task, dag)
             if joined is not None:
                 found.append(joined)
     return found
@@ -173,19 +185,16 @@ def read_freshness(
     readable = [i for i, task in enumerate(tasks) if task.output is not None]
     if not readable:
         return results
-    pool = ThreadPoolExecutor(max_workers=min(8, len(readable)), thread_name_prefix="fkjoin-view")
-    try:
-        futures = {pool.submit(read, tasks[i]): i for i in readable}
-        done, _ = wait(futures, timeout=timeout_s)
-        for future, i in futures.items():
-            if future not in done:
-                results[i] = (None, f"unreadable: no answer within {timeout_s:g} s")
-            elif future.exception() is not None:
-                results[i] = (None, f"unreadable: {future.exception()}")
-            else:
-                results[i] = (future.result(), None)
-    finally:
-        pool.shutdown(wait=False, cancel_futures=True)
+    futures = {_READS.submit(read, tasks[i]): i for i in readable}
+    done, _ = wait(futures, timeout=timeout_s)
+    for future, i in futures.items():
+        if future not in done:
+            future.cancel()  # not started yet: never run; a read under way ends on its own
+            results[i] = (None, f"unreadable: no answer within {timeout_s:g} s")
+        elif future.exception() is not None:
+            results[i] = (None, f"unreadable: {future.exception()}")
+        else:
+            results[i] = (future.result(), None)
     return results
 
 
@@ -273,7 +282,7 @@ def output_history(
     return {**output_row(task, freshness, error), "refreshes": (freshness or {}).get("refreshes", [])}
 
 
-@app.get("/api/refresh", dependencies=[Depends(requires_access_dag("GET"))])
+@app.get("/api/refresh", dependencies=[Depends(requires_access_dag("GET", DagAccessEntity.XCOM))])
 def task_refresh(
     dag_id: str, run_id: str, task_id: str, session: SessionDep, map_index: int = -1
 ) -> dict[str, Any]:
@@ -288,7 +297,10 @@ def task_refresh(
         raise HTTPException(404, f"task {task_id} of run {run_id} returned no refresh result")
     result = XComModel.deserialize_value(found)
     if isinstance(result, str):
-        result = json.loads(result)
+        try:
+            result = json.loads(result)
+        except ValueError:
+            result = None
     if not isinstance(result, dict) or "mode" not in result:
         raise HTTPException(404, f"task {task_id} is not a join task (its XCom holds no refresh result)")
     return {"dag_id": dag_id, "run_id": run_id, "task_id": task_id, "map_index": map_index, "result": result}

@@ -295,13 +295,19 @@ class StreamTableJoinRefresh(KindRefresh):
         "Replacing re-joins every stream record against the table as it is now, so earlier lookups change."
     )
 
-    def prepare(self, states: dict[str, TableState]) -> dict[str, InputState]:
-        spec = self.spec
+    def before_pin(self) -> None:
+        """Kafka's bootstrap latch, checked before the table is pinned: the pinned table is at least as
+        far as the checkpoint checked."""
         self.stream, self.table = self.handles["stream"], self.handles["table"]
-        checkpoint_of = global_table_checkpoint(self.table) if spec.table.changelog is None else None
-        bootstrap_warning = check_bootstrapped(spec, self.table, checkpoint_of)
+        self.checkpoint_of = (
+            global_table_checkpoint(self.table) if self.spec.table.changelog is None else None
+        )
+        bootstrap_warning = check_bootstrapped(self.spec, self.table, self.checkpoint_of)
         if bootstrap_warning:
             self.warnings.append(bootstrap_warning)
+
+    def prepare(self, states: dict[str, TableState]) -> dict[str, InputState]:
+        spec, checkpoint_of = self.spec, self.checkpoint_of
         self.versions = {side: state.version for side, state in states.items()}
         self.stream_df = input_frame(self.stream, states["stream"])
         # A global table is written by MERGE on its key, so it holds one row per key: no duplicate check.

@@ -17,12 +17,13 @@ comes from the output's refresh commits (:mod:`.watermarks`) and each input's ow
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
 import deltalake
 
-from .watermarks import TableMissingError, open_table, parse_commit_metadata, refresh_commits
+from .watermarks import TableMissingError, open_table, refresh_commits
 
 #: Delta operations of a refresh commit, by the write path that makes them.
 _WRITE_PATHS = {
@@ -34,6 +35,8 @@ _WRITE_PATHS = {
 }
 #: Commits of an input read back to find when its consumed version was written.
 MAX_LAG_SCAN = 1000
+#: Inputs a kind looks up rather than consumes: their new versions do not make its output stale.
+LOOKED_UP = {"stream_table_join": ("table",)}
 
 
 def _write_path(operation: str | None, parameters: dict[str, Any]) -> str | None:
@@ -52,50 +55,27 @@ def _seconds_between(start: str | None, end: str | None) -> float | None:
     return round((datetime.fromisoformat(end) - datetime.fromisoformat(start)).total_seconds(), 3)
 
 
-def refresh_history(table: deltalake.DeltaTable, limit: int) -> list[dict[str, Any]]:
-    """The newest ``limit`` refresh commits of an opened output, newest first (see the module docstring).
-
-    >>> refresh_history(deltalake.DeltaTable("/w/orders_enriched"), 1)[0]["mode"]
-    'incremental'
-    """
-    by_version = {int(entry["version"]): entry for entry in table.history(limit * 2 + 20)}
-    refreshes = []
-    for refresh in refresh_commits(table, limit * 2 + 20):
-        entry = by_version.get(refresh["output_version"], {})
-        metrics = refresh["operation_metrics"]
-        rows = refresh["rows"] or {
-            "inserted": int(metrics.get("numTargetRowsInserted", metrics.get("numOutputRows", 0))),
-            "updated": int(metrics.get("numTargetRowsUpdated", 0)),
-            "deleted": int(metrics.get("numTargetRowsDeleted", 0)),
-        }
-        started_at = _started_at(entry)
-        refreshes.append(
-            {
-                "version": refresh["output_version"],
-                "kind": refresh["kind"],
-                "mode": refresh["mode"],
-                "reason": refresh["reason"],
-                "started_at": started_at,
-                "committed_at": refresh["committed_at"],
-                "duration_s": _seconds_between(started_at, refresh["committed_at"]),
-                "rows": {name: int(rows.get(name, 0)) for name in ("inserted", "updated", "deleted")},
-                "write_path": _write_path(
-                    entry.get("operation"), dict(entry.get("operationParameters") or {})
-                ),
-                "origin": refresh["origin"],
-                "inputs": {side: info["version"] for side, info in refresh["inputs"].items()},
-            }
-        )
-        if len(refreshes) == limit:
-            break
-    return refreshes
-
-
-def _started_at(entry: dict[str, Any]) -> str | None:
-    """The ``started_at`` a refresh commit's progress records (None for commits written before it did)."""
-    payload = parse_commit_metadata(entry.get("userMetadata")) or {}
-    started = payload.get("started_at")
-    return started if isinstance(started, str) else None
+def _described(refresh: dict[str, Any]) -> dict[str, Any]:
+    """One refresh commit (:func:`.watermarks.refresh_commits`) as the view shows it."""
+    metrics = refresh["operation_metrics"]
+    rows = refresh["rows"] or {
+        "inserted": int(metrics.get("numTargetRowsInserted", metrics.get("numOutputRows", 0))),
+        "updated": int(metrics.get("numTargetRowsUpdated", 0)),
+        "deleted": int(metrics.get("numTargetRowsDeleted", 0)),
+    }
+    return {
+        "version": refresh["output_version"],
+        "kind": refresh["kind"],
+        "mode": refresh["mode"],
+        "reason": refresh["reason"],
+        "started_at": refresh["started_at"],
+        "committed_at": refresh["committed_at"],
+        "duration_s": _seconds_between(refresh["started_at"], refresh["committed_at"]),
+        "rows": {name: int(rows.get(name, 0)) for name in ("inserted", "updated", "deleted")},
+        "write_path": _write_path(refresh["operation"], refresh["operation_parameters"]),
+        "origin": refresh["origin"],
+        "inputs": {side: info["version"] for side, info in refresh["inputs"].items()},
+    }
 
 
 def input_lag(
@@ -110,6 +90,12 @@ def input_lag(
         for entry in table.history(behind + 1):
             written[int(entry["version"])] = _iso(entry.get("timestamp"))
     behind_since = written.get(consumed + 1) if behind else None
+    if not behind:
+        lag_s: float | None = 0.0
+    elif behind_since is not None:
+        lag_s = _seconds_between(behind_since, now.isoformat())
+    else:  # too far behind to scan, or that commit is gone from the log: behind, for an unknown time
+        lag_s = None
     return {
         "location": location,
         "consumed_version": consumed,
@@ -117,7 +103,7 @@ def input_lag(
         "lag_versions": behind,
         "consumed_written_at": written.get(consumed),
         "behind_since": behind_since,
-        "lag_s": _seconds_between(behind_since, now.isoformat()) if behind_since else 0.0,
+        "lag_s": lag_s,
     }
 
 
@@ -133,10 +119,12 @@ def output_freshness(
     An input that cannot be read gets ``{"location", "error"}`` and no lag; a missing output raises
     :class:`.watermarks.TableMissingError`.
     """
-    now = now or datetime.now(UTC)
+    now = (now or datetime.now(UTC)).astimezone(UTC)
     table = open_table(location, storage_options)
-    refreshes = refresh_history(table, history)
-    last = next(refresh_commits(table), None)
+    recent = list(islice(refresh_commits(table, history * 2 + 20), history))
+    refreshes = [_described(refresh) for refresh in recent]
+    # the newest refresh is usually in that window; others' commits since can push it further back
+    last = recent[0] if recent else next(refresh_commits(table), None)
     inputs: dict[str, dict[str, Any]] = {}
     for side, info in (last or {}).get("inputs", {}).items():
         try:
@@ -147,7 +135,9 @@ def output_freshness(
                 "consumed_version": info["version"],
                 "error": str(error),
             }
-    lags = [entry["lag_s"] for entry in inputs.values() if entry.get("lag_s") is not None]
+    looked_up = LOOKED_UP.get(last["kind"] if last else "", ())
+    lags = [entry.get("lag_s") for side, entry in inputs.items() if side not in looked_up]
+    known = [lag for lag in lags if lag is not None]
     return {
         "output": str(location),
         "kind": last["kind"] if last else None,
@@ -155,5 +145,6 @@ def output_freshness(
         "last_refresh": refreshes[0] if refreshes else None,
         "refreshes": refreshes,
         "inputs": inputs,
-        "lag_s": max(lags) if lags else None,
+        # an input behind for an unknown time makes the output's lag unknown, never 0
+        "lag_s": max(known) if known and len(known) == len(lags) else None,
     }

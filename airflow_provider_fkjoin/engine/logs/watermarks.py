@@ -222,6 +222,9 @@ def refresh_commits(table: deltalake.DeltaTable, limit: int = HISTORY_SCAN) -> I
             "rows": payload.get("rows") if isinstance(payload.get("rows"), dict) else None,
             "reason": payload.get("reason", ""),
             "operation_metrics": dict(entry.get("operationMetrics") or {}),
+            "operation": entry.get("operation"),
+            "operation_parameters": dict(entry.get("operationParameters") or {}),
+            "started_at": payload.get("started_at") if isinstance(payload.get("started_at"), str) else None,
         }
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar
@@ -319,6 +320,11 @@ class KindRefresh(ABC):
         """The input tables by name (default: the spec's own, in result order)."""
         return dict(self.spec.inputs())
 
+    def before_pin(self) -> None:
+        """Checks that must read the inputs before their versions are pinned, so that the pinned versions
+        are at least as new as what was checked (a stream join's global-table bootstrap latch)."""
+        return None
+
     @abstractmethod
     def prepare(self, states: dict[str, TableState]) -> dict[str, InputState]:
         """Read the inputs at their pinned ``states``; return those whose changes the refresh consumes."""
@@ -365,15 +371,19 @@ class KindRefresh(ABC):
         return refresh.result(plan, version, rows, inputs=self.result_inputs(refresh, plan), **fields)
 
 
-def pin_inputs(handles: dict[str, DeltaHandle]) -> dict[str, TableState]:
-    """Each input's state, pinned for the whole refresh after checking every input exists; a table named
-    twice (a self-join's two sides) is pinned once, so both read one version.
+def pin_inputs(
+    handles: dict[str, DeltaHandle], before_pin: Callable[[], None] | None = None
+) -> dict[str, TableState]:
+    """Each input's state, pinned for the whole refresh after checking every input exists (then calling
+    ``before_pin``); a table named twice (a self-join's two sides) is pinned once, so both read one version.
 
     >>> pin_inputs({"left": orders, "right": customers})["left"].version
     7
     """
     for handle in handles.values():
         handle.require()
+    if before_pin is not None:
+        before_pin()
     pinned: dict[str, TableState] = {}
     for name, handle in handles.items():
         twin = next((n for n in pinned if handles[n].ref.identity == handle.ref.identity), None)
@@ -400,7 +410,7 @@ def refresh_once(kind: KindRefresh, options: RunOptions) -> dict[str, Any]:
 
 
 def _refresh(kind: KindRefresh, options: RunOptions, started: float) -> dict[str, Any]:
-    states = pin_inputs(kind.handles)
+    states = pin_inputs(kind.handles, kind.before_pin)
     phase("pinned")
     current = kind.prepare(states)
     refresh, plan = begin_refresh(

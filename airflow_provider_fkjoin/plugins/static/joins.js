@@ -43,7 +43,7 @@ function rows(counts) {
 }
 
 function taskInstanceLink(origin, label) {
-  if (!origin || !origin.dag_id || !origin.run_id) return label;
+  if (!origin || !origin.dag_id || !origin.run_id || !origin.task_id) return label;
   let href = `/dags/${encodeURIComponent(origin.dag_id)}/runs/${encodeURIComponent(origin.run_id)}` +
     `/tasks/${encodeURIComponent(origin.task_id)}`;
   if (origin.map_index !== undefined && origin.map_index !== null && origin.map_index >= 0) {
@@ -152,9 +152,11 @@ async function outputPage() {
 }
 
 async function refreshPage() {
+  // Airflow fills {MAP_INDEX} in only on a mapped task's page: anything else is an unmapped task (-1)
+  const mapIndex = params.get("map_index");
   const query = new URLSearchParams({
     dag_id: params.get("dag_id"), run_id: params.get("run_id"), task_id: params.get("task_id"),
-    map_index: params.get("map_index") || "-1",
+    map_index: /^-?\d+$/.test(mapIndex || "") ? mapIndex : "-1",
   });
   const data = await getJson(`/api/refresh?${query}`);
   const result = data.result;
