@@ -64,9 +64,23 @@ def _run_all(stack: AirflowStack, dag_ids: list[str]) -> dict[str, str]:
     runs = {}
     for dag_id in dag_ids:
         parsed(stack, dag_id)
-        stack.api("PATCH", f"/dags/{dag_id}", {"is_paused": False})
-        body = {"logical_date": None, "conf": {}}
-        runs[dag_id] = stack.api("POST", f"/dags/{dag_id}/dagRuns", body)["dag_run_id"]
+        # SQLite answers a write with "Database error" (500) while the scheduler holds its lock: a failed
+        # write is rolled back, so asking again is safe
+        wait_for(
+            lambda dag_id=dag_id: stack.api("PATCH", f"/dags/{dag_id}", {"is_paused": False}),
+            timeout_s=120,
+            what=f"{dag_id} unpaused",
+            services=stack.services,
+        )
+        created = wait_for(
+            lambda dag_id=dag_id: stack.api(
+                "POST", f"/dags/{dag_id}/dagRuns", {"logical_date": None, "conf": {}}
+            ),
+            timeout_s=120,
+            what=f"a run of {dag_id}",
+            services=stack.services,
+        )
+        runs[dag_id] = created["dag_run_id"]
     for dag_id, run_id in runs.items():
         path = f"/dags/{dag_id}/dagRuns/{quote(run_id, safe='')}"
 
