@@ -42,6 +42,8 @@ from airflow.plugins_manager import AirflowPlugin
 from fastapi import Depends, FastAPI, HTTPException, Query
 from fastapi.responses import HTMLResponse, Response
 
+from airflow_provider_fkjoin.operators.joins import _table_path
+
 #: Where the api-server mounts the plugin's app.
 URL_PREFIX = "/fkjoin"
 #: Seconds the view waits for all the Delta logs it reads; a table not read by then is "unreadable".
@@ -77,17 +79,6 @@ class JoinTask:
     problem: str | None = None
 
 
-def _output_location(value: Any) -> str | None:
-    if isinstance(value, str):
-        return value
-    if isinstance(value, Mapping):
-        if isinstance(value.get("path"), str):
-            return value["path"]
-        if isinstance(value.get("name"), str):
-            return None  # a catalog table: only a JVM session resolves it
-    return None
-
-
 def _spec_file(path: str, dag: Any) -> Path:
     """A task's ``spec_file``, relative to its DAG file's folder as the operator reads it."""
     spec_file = Path(path)
@@ -118,7 +109,7 @@ def join_task(dag_id: str, task: Any, dag: Any = None) -> JoinTask | None:
                 dag_id, task.task_id, kind, None, storage_conn_id, f"spec file unreadable: {error}"
             )
         kind, value = spec.get("kind", kind), spec.get("output")
-    location = _output_location(value)
+    location = _table_path(value)  # a catalog table (``name``) has none: only a JVM resolves it
     problem = None
     if location is None:
         problem = "the output is a catalog table or not set; the view reads tables by path"

@@ -23,7 +23,7 @@ from typing import Any
 
 import deltalake
 
-from .watermarks import TableMissingError, open_table, refresh_commits
+from .watermarks import TableMissingError, commit_time, open_table, refresh_commits
 
 #: Delta operations of a refresh commit, by the write path that makes them.
 _WRITE_PATHS = {
@@ -43,10 +43,6 @@ def _write_path(operation: str | None, parameters: dict[str, Any]) -> str | None
     if operation == "WRITE":
         return "overwrite" if str(parameters.get("mode", "")).lower() == "overwrite" else "append"
     return _WRITE_PATHS.get(operation or "")
-
-
-def _iso(timestamp_ms: int | None) -> str | None:
-    return datetime.fromtimestamp(timestamp_ms / 1000, tz=UTC).isoformat() if timestamp_ms else None
 
 
 def _seconds_between(start: str | None, end: str | None) -> float | None:
@@ -88,7 +84,7 @@ def input_lag(
     written: dict[int, str | None] = {}
     if behind < MAX_LAG_SCAN:
         for entry in table.history(behind + 1):
-            written[int(entry["version"])] = _iso(entry.get("timestamp"))
+            written[int(entry["version"])] = commit_time(entry.get("timestamp"))
     behind_since = written.get(consumed + 1) if behind else None
     if not behind:
         lag_s: float | None = 0.0

@@ -53,6 +53,11 @@ def open_table(path: str | Path, storage_options: dict[str, str] | None) -> delt
         ) from error
 
 
+def commit_time(timestamp_ms: int | None) -> str | None:
+    """A Delta commit's timestamp (milliseconds since the epoch, as the log records it) in ISO 8601, UTC."""
+    return datetime.fromtimestamp(timestamp_ms / 1000, tz=UTC).isoformat() if timestamp_ms else None
+
+
 def high_watermark(path: str | Path, storage_options: dict[str, str] | None = None) -> int:
     """The table's latest Delta version: what a refresh starting now would pin.
 
@@ -206,9 +211,7 @@ def refresh_commits(table: deltalake.DeltaTable, limit: int = HISTORY_SCAN) -> I
             "mode": payload.get("mode"),
             "seq": payload.get("seq"),
             "output_version": int(entry["version"]),
-            "committed_at": (
-                datetime.fromtimestamp(timestamp / 1000, tz=UTC).isoformat() if timestamp else None
-            ),
+            "committed_at": commit_time(timestamp),
             "inputs": {
                 side: {
                     "location": info.get("location"),
