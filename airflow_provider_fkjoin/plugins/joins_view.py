@@ -42,6 +42,7 @@ from airflow.plugins_manager import AirflowPlugin
 from fastapi import Depends, FastAPI, HTTPException, Query
 from fastapi.responses import HTMLResponse, Response
 
+from airflow_provider_fkjoin import operators
 from airflow_provider_fkjoin.operators.joins import _table_path
 
 #: Where the api-server mounts the plugin's app.
@@ -52,14 +53,7 @@ READ_TIMEOUT_S = conf.getfloat("fkjoin", "joins_view_timeout_s", fallback=10.0)
 #: one more thread per page load.
 _READS = ThreadPoolExecutor(max_workers=8, thread_name_prefix="fkjoin-view")
 #: The join operators, by class name, and the kind each writes.
-OPERATOR_KINDS = {
-    "ForeignKeyJoinOperator": "foreign_key_join",
-    "GlobalTableBootstrapOperator": "global_table_bootstrap",
-    "StreamTableJoinOperator": "stream_table_join",
-    "WindowedJoinOperator": "windowed_join",
-    "SelfJoinOptimizeOperator": "self_join",
-    "MultiWayJoinOperator": "multiway_join",
-}
+OPERATOR_KINDS = {name: getattr(operators, name).kind for name in operators.__all__}
 _OPERATOR_MODULE = "airflow_provider_fkjoin.operators"
 
 

@@ -169,15 +169,32 @@ def parsed(stack: AirflowStack, dag_id: str) -> Any:
     return dag
 
 
-def run_to_end(stack: AirflowStack, dag_id: str, conf: dict[str, Any]) -> str:
-    """Trigger ``dag_id`` with ``conf`` over the REST API; its run id once it succeeded."""
-    run_id = stack.api("POST", f"/dags/{dag_id}/dagRuns", {"logical_date": None, "conf": conf})["dag_run_id"]
+def trigger_run(stack: AirflowStack, dag_id: str, conf: dict[str, Any]) -> str:
+    """Trigger ``dag_id`` with ``conf`` over the REST API; its run id. SQLite refuses a write with "Database
+    error" while the scheduler holds its lock; the write was rolled back, so it is asked again."""
+    created = wait_for(
+        lambda: stack.api("POST", f"/dags/{dag_id}/dagRuns", {"logical_date": None, "conf": conf}),
+        timeout_s=120,
+        what=f"a run of {dag_id}",
+        services=stack.services,
+    )
+    return str(created["dag_run_id"])
+
+
+def wait_run(stack: AirflowStack, dag_id: str, run_id: str, timeout_s: float = 600) -> None:
+    """Wait for a run to end; fail unless it succeeded."""
     path = f"/dags/{dag_id}/dagRuns/{quote(run_id, safe='')}"
 
     def finished() -> str | None:
         state = stack.api("GET", path)["state"]
         return state if state in ("success", "failed") else None
 
-    final = wait_for(finished, timeout_s=600, what=f"{dag_id} run {run_id}", services=stack.services)
+    final = wait_for(finished, timeout_s=timeout_s, what=f"{dag_id} run {run_id}", services=stack.services)
     assert final == "success", f"{dag_id} {run_id}: {stack.api('GET', f'{path}/taskInstances')}"
+
+
+def run_to_end(stack: AirflowStack, dag_id: str, conf: dict[str, Any]) -> str:
+    """Trigger ``dag_id`` with ``conf`` over the REST API; its run id once it succeeded."""
+    run_id = trigger_run(stack, dag_id, conf)
+    wait_run(stack, dag_id, run_id)
     return run_id

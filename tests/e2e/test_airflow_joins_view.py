@@ -19,7 +19,15 @@ from typing import Any
 from urllib.parse import quote
 
 import pytest
-from airflow_stack import AirflowStack, parsed, run_to_end, running_airflow, user_token
+from airflow_stack import (
+    AirflowStack,
+    parsed,
+    run_to_end,
+    running_airflow,
+    trigger_run,
+    user_token,
+    wait_run,
+)
 from driver_jvm import driver_jvm_env
 from e2e_support import ARTIFACTS, REPO, VENV_BIN, http_error_body, http_json, wait_for
 
@@ -64,32 +72,16 @@ def _run_all(stack: AirflowStack, dag_ids: list[str]) -> dict[str, str]:
     runs = {}
     for dag_id in dag_ids:
         parsed(stack, dag_id)
-        # SQLite answers a write with "Database error" (500) while the scheduler holds its lock: a failed
-        # write is rolled back, so asking again is safe
+        # SQLite refuses a write while the scheduler holds its lock (rolled back): asked again
         wait_for(
             lambda dag_id=dag_id: stack.api("PATCH", f"/dags/{dag_id}", {"is_paused": False}),
             timeout_s=120,
             what=f"{dag_id} unpaused",
             services=stack.services,
         )
-        created = wait_for(
-            lambda dag_id=dag_id: stack.api(
-                "POST", f"/dags/{dag_id}/dagRuns", {"logical_date": None, "conf": {}}
-            ),
-            timeout_s=120,
-            what=f"a run of {dag_id}",
-            services=stack.services,
-        )
-        runs[dag_id] = created["dag_run_id"]
+        runs[dag_id] = trigger_run(stack, dag_id, {})
     for dag_id, run_id in runs.items():
-        path = f"/dags/{dag_id}/dagRuns/{quote(run_id, safe='')}"
-
-        def finished(path: str = path) -> str | None:
-            state = stack.api("GET", path)["state"]
-            return state if state in ("success", "failed") else None
-
-        final = wait_for(finished, timeout_s=900, what=f"{dag_id} run {run_id}", services=stack.services)
-        assert final == "success", f"{dag_id} {run_id}: {stack.api('GET', f'{path}/taskInstances')}"
+        wait_run(stack, dag_id, run_id, timeout_s=900)
     return runs
 
 

@@ -227,7 +227,6 @@ class OuterWindowedTableJoinRefresh(KindRefresh):
         self.shape = OuterShape(spec, self.sides, self.spark)
         self.left_rows = self.sides["left"].rows.where(~key_is_null(self.shape.key))
         self.right_rows = self.sides["right"].rows.where(~key_is_null(self.shape.right_key))
-        self.states = states
         return {
             side: pinned_input(handles[side], states[side], self.sides[side].raw.schema) for side in SIDES
         }
@@ -242,11 +241,11 @@ class OuterWindowedTableJoinRefresh(KindRefresh):
         return Written(commit, _rows(commit, recomputed))
 
     def full(self, refresh: RefreshContext, plan: RefreshPlan) -> Written:
-        shape, handles, states = self.shape, self.handles, self.states
+        shape, sides = self.shape, self.sides
         check_keys_of(
             [
-                KeyCheck(self.left_rows, shape.key, handles["left"], states["left"].version),
-                KeyCheck(self.right_rows, shape.right_key, handles["right"], states["right"].version),
+                KeyCheck(self.left_rows, shape.key, sides["left"].handle, sides["left"].version),
+                KeyCheck(self.right_rows, shape.right_key, sides["right"].handle, sides["right"].version),
             ]
         )
         phase("changes_read")
