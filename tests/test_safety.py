@@ -250,6 +250,42 @@ def test_non_delta_files_at_output_are_refused(spark, tables) -> None:
     assert (tables["out"] / "report.csv").read_text() == "a,b\n1,2\n"
 
 
+@pytest.mark.parametrize("leftovers", ["data files", "an empty log"])
+def test_files_a_killed_create_left_do_not_block_the_rerun(spark, tables, leftovers) -> None:
+    """A first refresh killed inside its create leaves a ``_delta_log`` with no commit, and perhaps data
+    files no version references; the rerun creates the output over them, reading none of them."""
+    (tables["out"] / "_delta_log").mkdir(parents=True)
+    if leftovers == "data files":
+        stray = tables["w"] / "stray"
+        rows = [(7, 10, 1.0, "not joined")]
+        spark.createDataFrame(rows, ORDERS + ", name string").write.parquet(str(stray))
+        for part in stray.glob("part-*.parquet"):
+            shutil.copy(part, tables["out"] / part.name)
+    result = run_spec(fk_spec(tables), spark=spark)
+    assert result["mode"] == "full" and result["output"]["version"] == 0
+    assert output_state(spark, tables["out"]) == oracle(spark, result)
+    assert run_spec(fk_spec(tables), spark=spark)["mode"] == "noop"
+
+
+def test_a_create_over_leftovers_never_replaces_a_table(spark, tables, monkeypatch) -> None:
+    """Should another writer commit a table at the location between the leftovers check and the create
+    (a race of milliseconds, forced here), the create puts that table back and fails as concurrent."""
+    (tables["out"] / "_delta_log").mkdir(parents=True)
+    phases: list[str] = []
+    leftovers_check = DeltaHandle.left_by_failed_create
+
+    def another_writer_commits_right_after(handle: DeltaHandle) -> bool:
+        found = leftovers_check(handle)
+        if found and "merge_started" in phases:
+            write(spark, [(99, "theirs")], "id long, note string", tables["out"])
+        return found
+
+    monkeypatch.setattr(DeltaHandle, "left_by_failed_create", another_writer_commits_right_after)
+    with phase_listener(phases.append), pytest.raises(ConcurrentRefreshError, match="committed first"):
+        run_spec(fk_spec(tables), spark=spark)
+    assert rows_at(spark, tables["out"]) == [{"id": 99, "note": "theirs"}]
+
+
 def test_output_records_its_owner(spark, tables) -> None:
     run_spec(fk_spec(tables), spark=spark)
     properties = DeltaHandle(spark, TableRef(path=str(tables["out"])), "output").state().properties

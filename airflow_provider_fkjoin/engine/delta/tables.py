@@ -115,19 +115,32 @@ class DeltaHandle:
         return location_identity(str(location)) if location else self.ref.identity
 
     def holds_other_files(self) -> bool:
-        """True when the location is not a Delta table but holds files: someone else's data."""
-        if self.ref.path is None or self.exists():
+        """True when the location is not a Delta table but holds files: someone else's data.
+
+        A create killed before its first commit (:meth:`left_by_failed_create`) is not someone's data."""
+        if self.ref.path is None or self.exists() or self.left_by_failed_create():
             return False
         local = self.local_path
         if local is not None:
-            if not local.is_dir():
-                return local.exists()
-            # An empty _delta_log is what a create that failed midway leaves behind: not someone's data.
-            return any(
-                entry.name != "_delta_log" or any(p.is_file() for p in entry.rglob("*"))
-                for entry in local.iterdir()
-            )
+            return local.is_file() or (local.is_dir() and any(local.iterdir()))
         return path_has_files(self.spark, self.ref.path)
+
+    def left_by_failed_create(self) -> bool:
+        """True when the location holds a ``_delta_log`` without a commit: what a create killed before its
+        first commit leaves, perhaps with data files. No version references those files, so no reader sees
+        them; the next create goes over them (Delta's CREATE OR REPLACE) and leaves them unreferenced, for
+        ``VACUUM`` to remove.
+
+        >>> DeltaHandle(spark, TableRef(path="/w/killed_mid_create"), "output").left_by_failed_create()
+        True
+        """
+        if self.ref.path is None or self.exists():
+            return False
+        log = self.ref.path.rstrip("/") + "/_delta_log"
+        local = self.local_path
+        if local is not None:
+            return (local / "_delta_log").is_dir()
+        return path_exists(self.spark, log)
 
     def exists(self) -> bool:
         local = self.local_path
@@ -405,6 +418,17 @@ def path_has_files(spark: SparkSession, path: str) -> bool:
         if _condition(error) == "PATH_NOT_FOUND":
             return False
         raise
+
+
+def path_exists(spark: SparkSession, path: str) -> bool:
+    """Whether a (non-local) location exists, holding files or not, by listing it through Spark."""
+    try:
+        _ = spark.read.format("binaryFile").load(path).schema  # resolving the read lists the location
+    except AnalysisException as error:
+        if _condition(error) == "PATH_NOT_FOUND":
+            return False
+        raise
+    return True
 
 
 #: Error conditions of ``DESCRIBE DETAIL`` on a location that holds no Delta table.

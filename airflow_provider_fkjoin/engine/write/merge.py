@@ -201,7 +201,11 @@ def _create_mapped_table(output: DeltaHandle, rows: DataFrame, request: CommitRe
 def _create_as_select(
     output: DeltaHandle, rows: DataFrame, properties: dict[str, str], request: CommitRequest | None
 ) -> Commit | None:
-    """CREATE TABLE AS SELECT with these properties; with a ``request``, the commit carries its progress."""
+    """CREATE TABLE AS SELECT with these properties; with a ``request``, the commit carries its progress.
+
+    Over what a killed create left (:meth:`.DeltaHandle.left_by_failed_create`), which Delta's CREATE
+    refuses as an existing table, the create is a CREATE OR REPLACE: a table committed there meanwhile
+    makes it fail as a concurrent refresh, as a plain CREATE would."""
     writer = rows.writeTo(output.sql_identifier).using("delta")
     for name, value in properties.items():
         writer = writer.tableProperty(name, value)
@@ -213,14 +217,32 @@ def _create_as_select(
         else contextlib.nullcontext()
     )
     try:
+        over_leftovers = output.left_by_failed_create()
         with _conflicts_are_concurrent(output), settings:
-            writer.create()
+            writer.createOrReplace() if over_leftovers else writer.create()
     except AnalysisException as exc:
         text = str(exc)
         if "ALREADY_EXISTS" in text or "already exists" in text.lower():
             raise _concurrent(output, exc) from None
         raise
+    if over_leftovers:
+        _undo_a_replace(output)
     return _find_commit(output, request, "create") if request is not None else None
+
+
+def _undo_a_replace(output: DeltaHandle) -> None:
+    """A create over a killed create's leftovers must be the table's first commit. Should a table have
+    been committed there between the check and the create (a race of milliseconds), the create replaced
+    it: put it back as it was (RESTORE) and fail as a concurrent refresh, so no table is overwritten."""
+    created = [
+        int(row["version"])
+        for row in output.history(20)
+        if str(row["operation"]).startswith("CREATE OR REPLACE")
+    ]
+    if created and max(created) > 0:
+        previous = max(created) - 1
+        output.spark.sql(f"RESTORE TABLE {output.sql_identifier} TO VERSION AS OF {previous}")
+        raise _concurrent(output)
 
 
 def require_writable_columns(columns: list[str]) -> None:
