@@ -267,6 +267,16 @@ def test_files_a_killed_create_left_do_not_block_the_rerun(spark, tables, leftov
     assert run_spec(fk_spec(tables), spark=spark)["mode"] == "noop"
 
 
+@pytest.mark.parametrize("beside", ["report.csv", "_delta_log/00000000000000000000.checkpoint.parquet"])
+def test_a_log_without_commits_beside_other_files_is_still_refused(spark, tables, beside) -> None:
+    """Only what a killed create leaves is gone over: a user's file, or a log that holds a checkpoint
+    (a copy in progress), is someone's data."""
+    (tables["out"] / "_delta_log").mkdir(parents=True)
+    (tables["out"] / beside).write_text("theirs")
+    refused(spark, fk_spec(tables), SpecError, "holds files", watch=[tables["out"]])
+    assert (tables["out"] / beside).read_text() == "theirs"
+
+
 def test_a_create_over_leftovers_never_replaces_a_table(spark, tables, monkeypatch) -> None:
     """Should another writer commit a table at the location between the leftovers check and the create
     (a race of milliseconds, forced here), the create puts that table back and fails as concurrent."""
@@ -281,9 +291,11 @@ def test_a_create_over_leftovers_never_replaces_a_table(spark, tables, monkeypat
         return found
 
     monkeypatch.setattr(DeltaHandle, "left_by_failed_create", another_writer_commits_right_after)
-    with phase_listener(phases.append), pytest.raises(ConcurrentRefreshError, match="committed first"):
+    with phase_listener(phases.append), pytest.raises(ConcurrentRefreshError, match="restored to version 0"):
         run_spec(fk_spec(tables), spark=spark)
     assert rows_at(spark, tables["out"]) == [{"id": 99, "note": "theirs"}]
+    history = spark.sql(f"DESCRIBE HISTORY delta.`{tables['out']}`").orderBy("version").collect()
+    assert [row["operation"] for row in history] == ["WRITE", "CREATE OR REPLACE TABLE AS SELECT", "RESTORE"]
 
 
 def test_output_records_its_owner(spark, tables) -> None:

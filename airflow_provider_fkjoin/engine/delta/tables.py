@@ -8,6 +8,7 @@ Connect, where delta-spark's ``DeltaTable`` API would need Delta's Connect serve
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -31,6 +32,9 @@ from ..runtime import internals
 from ..runtime.session import is_connect
 
 CDF_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp")
+
+#: A data file Spark's writers name (``part-00000-<uuid>-c000.snappy.parquet``) or its checksum.
+_DATA_FILE = re.compile(r"\.?part-.*")
 
 LIVE_CHANGE_TYPES = ("insert", "update_postimage")
 
@@ -117,8 +121,8 @@ class DeltaHandle:
     def holds_other_files(self) -> bool:
         """True when the location is not a Delta table but holds files: someone else's data.
 
-        A create killed before its first commit (:meth:`left_by_failed_create`) is not someone's data."""
-        if self.ref.path is None or self.exists() or self.left_by_failed_create():
+        What a create killed before its first commit left (:meth:`left_by_failed_create`) is not."""
+        if self.ref.path is None or self.exists() or self._left_by_failed_create():
             return False
         local = self.local_path
         if local is not None:
@@ -126,21 +130,33 @@ class DeltaHandle:
         return path_has_files(self.spark, self.ref.path)
 
     def left_by_failed_create(self) -> bool:
-        """True when the location holds a ``_delta_log`` without a commit: what a create killed before its
-        first commit leaves, perhaps with data files. No version references those files, so no reader sees
-        them; the next create goes over them (Delta's CREATE OR REPLACE) and leaves them unreferenced, for
-        ``VACUUM`` to remove.
+        """True when the location holds only what a create killed before its first commit leaves: a
+        ``_delta_log`` with no file in it but hidden temporary ones, and data files named ``part-*``
+        beside it. No table version references those files, so no reader sees them; the next create goes
+        over them (Delta's CREATE OR REPLACE) and leaves them unreferenced, for ``VACUUM`` to remove.
+        Anything else there (a commit, a checkpoint, a ``report.csv``) is not a killed create's.
 
         >>> DeltaHandle(spark, TableRef(path="/w/killed_mid_create"), "output").left_by_failed_create()
         True
         """
-        if self.ref.path is None or self.exists():
-            return False
-        log = self.ref.path.rstrip("/") + "/_delta_log"
+        return self.ref.path is not None and not self.exists() and self._left_by_failed_create()
+
+    def _left_by_failed_create(self) -> bool:
+        """:meth:`left_by_failed_create` for a path known to hold no table."""
+        assert self.ref.path is not None
         local = self.local_path
         if local is not None:
-            return (local / "_delta_log").is_dir()
-        return path_exists(self.spark, log)
+            log = local / "_delta_log"
+            if not log.is_dir() or any(not f.name.startswith(".") for f in log.rglob("*") if f.is_file()):
+                return False
+            files = (f for f in local.rglob("*") if f.is_file() and log not in f.parents)
+            return all(_DATA_FILE.match(f.name) for f in files)
+        log_path = self.ref.path.rstrip("/") + "/_delta_log"
+        if not path_exists(self.spark, log_path) or path_has_files(self.spark, log_path):
+            return False
+        listing = self.spark.read.format("binaryFile").option("recursiveFileLookup", "true")
+        others = listing.load(self.ref.path).where(~F.col("path").rlike(r"/\.?part-[^/]*$"))
+        return others.select("path").limit(1).count() == 0
 
     def exists(self) -> bool:
         local = self.local_path

@@ -204,45 +204,62 @@ def _create_as_select(
     """CREATE TABLE AS SELECT with these properties; with a ``request``, the commit carries its progress.
 
     Over what a killed create left (:meth:`.DeltaHandle.left_by_failed_create`), which Delta's CREATE
-    refuses as an existing table, the create is a CREATE OR REPLACE: a table committed there meanwhile
-    makes it fail as a concurrent refresh, as a plain CREATE would."""
+    refuses as an existing table, the create is a CREATE OR REPLACE (:func:`_undo_a_replace`)."""
     writer = rows.writeTo(output.sql_identifier).using("delta")
     for name, value in properties.items():
         writer = writer.tableProperty(name, value)
-    settings = (
-        commit_settings(
+    over_leftovers = output.left_by_failed_create()
+    token = request.token if request is not None else f"fkjoin-create {secrets.token_hex(8)}"
+    if request is not None:
+        settings = commit_settings(
             output.spark, user_metadata=request.user_metadata, app_id=request.app_id, seq=request.seq
         )
-        if request is not None
-        else contextlib.nullcontext()
-    )
+    elif over_leftovers:
+        settings = metadata_settings(output.spark, token)
+    else:
+        settings = contextlib.nullcontext()
     try:
-        over_leftovers = output.left_by_failed_create()
         with _conflicts_are_concurrent(output), settings:
-            writer.createOrReplace() if over_leftovers else writer.create()
+            if over_leftovers:
+                writer.createOrReplace()
+            else:
+                writer.create()
     except AnalysisException as exc:
         text = str(exc)
         if "ALREADY_EXISTS" in text or "already exists" in text.lower():
             raise _concurrent(output, exc) from None
         raise
     if over_leftovers:
-        _undo_a_replace(output)
+        _undo_a_replace(output, token)
     return _find_commit(output, request, "create") if request is not None else None
 
 
-def _undo_a_replace(output: DeltaHandle) -> None:
-    """A create over a killed create's leftovers must be the table's first commit. Should a table have
-    been committed there between the check and the create (a race of milliseconds), the create replaced
-    it: put it back as it was (RESTORE) and fail as a concurrent refresh, so no table is overwritten."""
-    created = [
-        int(row["version"])
-        for row in output.history(20)
-        if str(row["operation"]).startswith("CREATE OR REPLACE")
-    ]
-    if created and max(created) > 0:
-        previous = max(created) - 1
-        output.spark.sql(f"RESTORE TABLE {output.sql_identifier} TO VERSION AS OF {previous}")
-        raise _concurrent(output)
+def _undo_a_replace(output: DeltaHandle, token: str) -> None:
+    """Put back a table that a create over a killed create's leftovers replaced.
+
+    Delta's CREATE OR REPLACE conflicts with a table committed after its transaction began, but not with
+    one committed between the leftovers check and that moment (while Spark plans the create). Then the
+    create, which must be the table's first commit, is not: restore the table to the version before it
+    and fail as a concurrent refresh. Readers may have seen this refresh's rows meanwhile, and the
+    restored table keeps the table features the create enabled."""
+    history = output.history(20)
+    ours = next((int(r["version"]) for r in history if r["userMetadata"] and token in r["userMetadata"]), 0)
+    if ours == 0:
+        return
+    restore = f"RESTORE TABLE {output.sql_identifier} TO VERSION AS OF {ours - 1}"
+    problem = (
+        f"output {output.location}: a table was committed there while this refresh was creating the "
+        f"output over what a killed create had left, and the create replaced it (version {ours})"
+    )
+    if int(history[0]["version"]) != ours:
+        raise ConcurrentRefreshError(f"{problem}; later commits followed, so it was not undone: {restore}")
+    try:
+        with _conflicts_are_concurrent(output):
+            output.spark.sql(restore)
+    except Exception:
+        log.error("%s; restoring it failed: run %s", problem, restore)
+        raise
+    raise ConcurrentRefreshError(f"{problem}; it is restored to version {ours - 1}. Retry the refresh.")
 
 
 def require_writable_columns(columns: list[str]) -> None:
