@@ -122,12 +122,14 @@ class DeltaHandle:
         """True when the location is not a Delta table but holds files: someone else's data.
 
         What a create killed before its first commit left (:meth:`left_by_failed_create`) is not."""
-        if self.ref.path is None or self.exists() or self._left_by_failed_create():
+        if self.ref.path is None or self.exists():
             return False
         local = self.local_path
         if local is not None:
-            return local.is_file() or (local.is_dir() and any(local.iterdir()))
-        return path_has_files(self.spark, self.ref.path)
+            holds_files = local.is_file() or (local.is_dir() and any(local.iterdir()))
+        else:
+            holds_files = path_has_files(self.spark, self.ref.path)
+        return holds_files and not self._left_by_failed_create()
 
     def left_by_failed_create(self) -> bool:
         """True when the location holds only what a create killed before its first commit leaves: a
@@ -151,12 +153,12 @@ class DeltaHandle:
                 return False
             files = (f for f in local.rglob("*") if f.is_file() and log not in f.parents)
             return all(_DATA_FILE.match(f.name) for f in files)
-        log_path = self.ref.path.rstrip("/") + "/_delta_log"
-        if not path_exists(self.spark, log_path) or path_has_files(self.spark, log_path):
+        log = file_listing(self.spark, self.ref.path.rstrip("/") + "/_delta_log")
+        if log is None or log.limit(1).count() > 0:
             return False
-        listing = self.spark.read.format("binaryFile").option("recursiveFileLookup", "true")
-        others = listing.load(self.ref.path).where(~F.col("path").rlike(r"/\.?part-[^/]*$"))
-        return others.select("path").limit(1).count() == 0
+        listing = file_listing(self.spark, self.ref.path)
+        others = listing.where(~F.col("path").rlike(r"/\.?part-[^/]*$")) if listing is not None else None
+        return others is None or others.limit(1).count() == 0
 
     def exists(self) -> bool:
         local = self.local_path
@@ -427,24 +429,22 @@ def path_has_files(spark: SparkSession, path: str) -> bool:
     The listing skips names starting with ``_`` or ``.`` (Spark's own rule for data files), so a folder
     holding only such files counts as empty: Delta's ``_delta_log`` of a table that failed midway, say.
     """
+    listing = file_listing(spark, path)
+    return listing is not None and listing.select("path").limit(1).count() > 0
+
+
+def file_listing(spark: SparkSession, path: str) -> DataFrame | None:
+    """The files under a (non-local) location, recursively, as Spark lists them (a ``path`` column, names
+    starting with ``_`` or ``.`` skipped); None when the location does not exist. Building it lists the
+    location once; each query over it is a job."""
     try:
         listing = spark.read.format("binaryFile").option("recursiveFileLookup", "true").load(path)
-        return listing.select("path").limit(1).count() > 0
+        _ = listing.schema  # over Spark Connect, resolving the read is what lists the location
     except AnalysisException as error:
         if _condition(error) == "PATH_NOT_FOUND":
-            return False
+            return None
         raise
-
-
-def path_exists(spark: SparkSession, path: str) -> bool:
-    """Whether a (non-local) location exists, holding files or not, by listing it through Spark."""
-    try:
-        _ = spark.read.format("binaryFile").load(path).schema  # resolving the read lists the location
-    except AnalysisException as error:
-        if _condition(error) == "PATH_NOT_FOUND":
-            return False
-        raise
-    return True
+    return listing.select("path")
 
 
 #: Error conditions of ``DESCRIBE DETAIL`` on a location that holds no Delta table.
