@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Set up a development environment in the repo: .venv with the pinned packages (constraints.txt), the
-# package installed editable, and Delta's jars fetched from Maven Central into .jars/ (once; later runs
-# are offline). Re-running is fast: each step is skipped when its inputs have not changed.
+# package installed editable, Delta's jars fetched from Maven Central into .jars/ (once; later runs are
+# offline), and the engine's JVM side (jvm/) compiled into its jar. Re-running is fast: each step is
+# skipped when its inputs have not changed.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -35,4 +36,5 @@ if [ "$(cat "$jars_stamp" 2>/dev/null)" != "$jars_want" ]; then
   echo "$jars_want" > "$jars_stamp"
 fi
 
+"$root/scripts/build-engine-jar.sh"   # the engine's JVM side, compiled against those jars
 "$root/scripts/setup-e2e.sh"   # system packages for tests/e2e (chromium); a no-op once installed

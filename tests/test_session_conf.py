@@ -32,14 +32,16 @@ def test_env_and_arguments_override(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_jars_from_folder_else_maven(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     (tmp_path / "delta-spark.jar").write_text("")
     monkeypatch.setenv("FKJOIN_DELTA_JARS", str(tmp_path))
+    monkeypatch.setenv("FKJOIN_ENGINE_JAR", "/opt/fkjoin/fkjoin-engine.jar")
     _, conf = session_conf()
-    assert conf["spark.jars"] == str(tmp_path / "delta-spark.jar")
+    assert conf["spark.jars"] == f"{tmp_path / 'delta-spark.jar'},/opt/fkjoin/fkjoin-engine.jar"
     assert "spark.jars.packages" not in conf
     empty = tmp_path / "empty"
     empty.mkdir()
     monkeypatch.setenv("FKJOIN_DELTA_JARS", str(empty))
     _, conf = session_conf()
     assert conf["spark.jars.packages"] == DELTA_MAVEN_COORDINATE
+    assert conf["spark.jars"] == "/opt/fkjoin/fkjoin-engine.jar"
 
 
 def test_parse_conf_forms() -> None:
@@ -57,6 +59,7 @@ def test_the_connect_servers_exact_argv(monkeypatch: pytest.MonkeyPatch, tmp_pat
 
     (tmp_path / "delta-spark.jar").write_text("")
     monkeypatch.setenv("FKJOIN_DELTA_JARS", str(tmp_path))
+    monkeypatch.setenv("FKJOIN_ENGINE_JAR", "/opt/fkjoin/fkjoin-engine.jar")
     monkeypatch.delenv("FKJOIN_SPARK_CONF", raising=False)
     argv = connect_server_argv(
         port=15099,
@@ -69,7 +72,7 @@ def test_the_connect_servers_exact_argv(monkeypatch: pytest.MonkeyPatch, tmp_pat
         "--class", "org.apache.spark.sql.connect.service.SparkConnectServer",
         "--master", "local[2]",
         "--name", "fkjoin-connect",
-        "--jars", str(tmp_path / "delta-spark.jar"),
+        "--jars", f"{tmp_path / 'delta-spark.jar'},/opt/fkjoin/fkjoin-engine.jar",
         "--conf", "spark.sql.extensions=io.delta.sql.DeltaSparkSessionExtension",
         "--conf", "spark.sql.catalog.spark_catalog=org.apache.spark.sql.delta.catalog.DeltaCatalog",
         "--conf", "spark.sql.shuffle.partitions=8",

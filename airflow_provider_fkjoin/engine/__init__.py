@@ -46,7 +46,13 @@ from .logs.watermarks import (
     refresh_result_from_commit,
     table_snapshot,
 )
-from .runtime.packaging import DELTA_JAR_VERSION, DELTA_MAVEN_COORDINATE, ENGINE_LOG4J, delta_jars
+from .runtime.packaging import (
+    DELTA_JAR_VERSION,
+    DELTA_MAVEN_COORDINATE,
+    ENGINE_LOG4J,
+    delta_jars,
+    engine_jar,
+)
 
 if TYPE_CHECKING:
     from .core.spec import WRITE_PATHS, as_self_join, load_spec, read_spec_file
@@ -102,6 +108,7 @@ __all__ = [
     "consumed_input",
     "consumed_version",
     "delta_jars",
+    "engine_jar",
     "get_spark",
     "high_watermark",
     "is_connect",

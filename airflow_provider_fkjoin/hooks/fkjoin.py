@@ -56,6 +56,7 @@ from airflow_provider_fkjoin.engine import (
     PHASE_MARKER,
     WRITE_PATHS,
     delta_jars,
+    engine_jar,
 )
 from airflow_provider_fkjoin.hooks.masking import (
     mask_text,
@@ -336,13 +337,18 @@ class FkJoinHook(BaseHook):
                 "for local Spark; host spark://HOST:7077, yarn or k8s://https://HOST for a cluster)."
             ) from error
 
-    def _delta_jars(self) -> tuple[str | None, str | None]:
+    def _delta_jars(self, deploy_mode: str) -> tuple[str | None, str | None]:
+        """``--jars`` and ``--packages``: the operator's own, else Delta's local jars (or its Maven
+        coordinate) and, when the driver runs here (client mode), the engine's jar, without which the
+        refresh writes through MERGE. A cluster-mode driver finds the engine's jar in its own image."""
         if self.jars:
             return self.jars, None
         if self.packages:
             return None, self.packages
         local = delta_jars()
-        return (",".join(local), None) if local else (None, DELTA_PACKAGE)
+        engine = engine_jar() if deploy_mode != "cluster" else None
+        jars = ",".join([*local, *([engine] if engine else [])])
+        return jars or None, None if local else DELTA_PACKAGE
 
     def _deploy_mode(self, connection: Any) -> str:
         return str(self.deploy_mode or connection.extra_dejson.get("deploy-mode") or "client")
@@ -412,7 +418,7 @@ class FkJoinHook(BaseHook):
         deploy_mode = self._deploy_mode(connection)
         self.check_blocking(master, deploy_mode)
         is_cluster_manager = master.startswith(("yarn", "k8s://"))
-        jars, packages = self._delta_jars()
+        jars, packages = self._delta_jars(deploy_mode)
         kind = str(spec.get("kind", "join"))
         name = f"fkjoin-{kind}"
         location = output_location(spec)

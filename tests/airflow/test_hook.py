@@ -50,6 +50,7 @@ REDACTION = (
 @pytest.fixture(autouse=True)
 def delta_jars(monkeypatch):
     monkeypatch.setenv("FKJOIN_DELTA_JARS", "/opt/delta/delta-spark.jar,/opt/delta/delta-storage.jar")
+    monkeypatch.setenv("FKJOIN_ENGINE_JAR", "/opt/fkjoin/fkjoin-engine.jar")
 
 
 def test_local_connection_argv(spark_conn):
@@ -62,7 +63,7 @@ def test_local_connection_argv(spark_conn):
         "--conf", f"spark.pyspark.driver.python={sys.executable}",
         "--conf", f"spark.driver.extraJavaOptions={LOG4J}",
         "--conf", f"spark.pyspark.python={sys.executable}",
-        "--jars", "/opt/delta/delta-spark.jar,/opt/delta/delta-storage.jar",
+        "--jars", "/opt/delta/delta-spark.jar,/opt/delta/delta-storage.jar,/opt/fkjoin/fkjoin-engine.jar",
         "--name", "fkjoin-foreign_key_join-orders_customers",
         FKJOIN_JOB_FILE,
         "run", "--spec-json", SPEC_JSON,
@@ -80,7 +81,7 @@ def test_full_refresh_argv(spark_conn):
         "--conf", f"spark.pyspark.driver.python={sys.executable}",
         "--conf", f"spark.driver.extraJavaOptions={LOG4J}",
         "--conf", f"spark.pyspark.python={sys.executable}",
-        "--jars", "/opt/delta/delta-spark.jar,/opt/delta/delta-storage.jar",
+        "--jars", "/opt/delta/delta-spark.jar,/opt/delta/delta-storage.jar,/opt/fkjoin/fkjoin-engine.jar",
         "--name", "fkjoin-foreign_key_join-orders_customers",
         FKJOIN_JOB_FILE,
         "run", "--full-refresh", "--spec-json", SPEC_JSON,
@@ -99,7 +100,7 @@ def test_spark_ui_on_request_and_user_redaction_wins(spark_conn):
         "--conf", f"spark.pyspark.driver.python={sys.executable}",
         "--conf", f"spark.driver.extraJavaOptions={LOG4J}",
         "--conf", f"spark.pyspark.python={sys.executable}",
-        "--jars", "/opt/delta/delta-spark.jar,/opt/delta/delta-storage.jar",
+        "--jars", "/opt/delta/delta-spark.jar,/opt/delta/delta-storage.jar,/opt/fkjoin/fkjoin-engine.jar",
         "--name", "fkjoin-foreign_key_join-orders_customers",
         FKJOIN_JOB_FILE,
         "run", "--spec-json", SPEC_JSON,
@@ -118,7 +119,7 @@ def test_standalone_connection_argv_user_conf_wins(spark_conn):
         "--conf", f"spark.pyspark.driver.python={sys.executable}",
         "--conf", f"spark.driver.extraJavaOptions={LOG4J}",
         "--conf", "spark.executor.memory=2g",
-        "--jars", "/opt/delta/delta-spark.jar,/opt/delta/delta-storage.jar",
+        "--jars", "/opt/delta/delta-spark.jar,/opt/delta/delta-storage.jar,/opt/fkjoin/fkjoin-engine.jar",
         "--name", "fkjoin-foreign_key_join-orders_customers",
         FKJOIN_JOB_FILE,
         "run", "--spec-json", SPEC_JSON,
@@ -135,6 +136,7 @@ def test_yarn_cluster_connection_argv_env_vars_go_to_the_application_master(spar
         "--conf", REDACTION,
         "--conf", "spark.yarn.maxAppAttempts=1",
         "--conf", "spark.yarn.appMasterEnv.FKJOIN_TRACE=1",
+        # cluster mode: the driver runs elsewhere, so no engine jar from this host
         "--jars", "/opt/delta/delta-spark.jar,/opt/delta/delta-storage.jar",
         "--num-executors", "4",
         "--name", "fkjoin-foreign_key_join-orders_customers",

@@ -46,6 +46,9 @@ def test_image_matches_the_pins() -> None:
     assert base.group(2) == "3.11", "constraints.txt is resolved for Python 3.11"
     assert "-c /opt/fkjoin/src/constraints.txt" in dockerfile
     assert "COPY scripts/delta-jars.pom.xml" in dockerfile and (REPO / "scripts/delta-jars.pom.xml").is_file()
+    # the engine's jar, built by the set-up script's own build, is where the engine and hook look for it
+    assert "/build/scripts/build-engine-jar.sh" in dockerfile
+    assert "FKJOIN_ENGINE_JAR=/opt/fkjoin/fkjoin-engine.jar" in dockerfile
     for copied in re.findall(r"^COPY (?:--chown=\S+ )?(?!--from)(.+) \S+$", dockerfile, re.M):
         for source in copied.split():
             assert (REPO / source).exists(), f"COPY source {source} does not exist"

@@ -22,6 +22,9 @@ _ENGINE_DIR = Path(__file__).resolve().parent
 _REPO_JARS = _ENGINE_DIR.parents[2] / ".jars"
 #: The engine's quiet logging for Spark's JVM (warnings and errors only).
 ENGINE_LOG4J = _ENGINE_DIR / "log4j2.properties"
+#: The engine's JVM side (``jvm/``, built by ``scripts/build-engine-jar.sh`` during set-up): the
+#: net-change commit as a stored procedure, reached the same way from classic Spark and Spark Connect.
+ENGINE_JAR = _ENGINE_DIR / "jars" / "fkjoin-engine.jar"
 
 
 def delta_jars() -> list[str]:
@@ -35,3 +38,12 @@ def delta_jars() -> list[str]:
     if _REPO_JARS.is_dir():
         return sorted(str(p) for p in _REPO_JARS.glob("*.jar"))
     return []
+
+
+def engine_jar() -> str | None:
+    """The engine's jar (:data:`ENGINE_JAR`), or ``FKJOIN_ENGINE_JAR``; None when neither exists (then
+    every refresh writes through Delta's MERGE)."""
+    configured = os.environ.get("FKJOIN_ENGINE_JAR", "")
+    if configured:
+        return configured
+    return str(ENGINE_JAR) if ENGINE_JAR.is_file() else None

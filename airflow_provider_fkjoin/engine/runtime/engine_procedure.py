@@ -1,0 +1,90 @@
+"""The engine's JVM side, reached as a stored procedure: the same call from classic Spark and Spark Connect.
+
+The net-change commit builds a Delta transaction by hand (deletion vectors, new rows, change data and a
+``SetTransaction`` in one commit), which needs Delta's internal classes. They run in the JVM, in
+``jvm/src/main/java`` (built into :data:`.packaging.ENGINE_JAR` by the set-up script), registered in a
+session as a Spark catalog with one procedure, ``net_change(request)``. A SQL ``CALL`` reaches it from a
+classic session and from a Spark Connect client alike, so both run one implementation; the request and
+the answer are small JSON objects of :data:`PROTOCOL`.
+
+A session whose JVM lacks the jar (a Connect server someone else started, a session built without it)
+has no procedure: :func:`unavailable_reason` says so, and the refresh is written by MERGE instead.
+
+    >>> unavailable_reason(spark) is None
+    True
+    >>> call(spark, "describe")["status"]
+    'ready'
+"""
+
+from __future__ import annotations
+
+import json
+import weakref
+from typing import Any
+
+from pyspark.sql import SparkSession
+
+#: The catalog name the engine registers its procedures under, in each session that uses them.
+CATALOG = "fkjoin_engine"
+#: The catalog class in the engine's jar.
+CATALOG_CLASS = "io.github.fkjoin.engine.EngineCatalog"
+#: The request format both sides speak; the JVM side refuses any other.
+PROTOCOL = 1
+
+_checked: weakref.WeakKeyDictionary[SparkSession, str | None] = weakref.WeakKeyDictionary()
+_registered: weakref.WeakSet[SparkSession] = weakref.WeakSet()
+
+
+def unavailable_reason(spark: SparkSession) -> str | None:
+    """Why ``spark`` cannot run the engine's procedure (its JVM has no engine jar), or None when it can.
+
+    Asked once per session, by asking the procedure to describe itself.
+    """
+    if spark in _checked:
+        return _checked[spark]
+    reason: str | None = None
+    try:
+        answer = call(spark, "describe")
+        if answer.get("status") != "ready":
+            reason = f"the engine jar answered {answer!r}"
+    except Exception as error:  # a missing class, a jar of another protocol, a server-side failure
+        text = str(error).strip()
+        first_line = text.splitlines()[0] if text else type(error).__name__
+        reason = f"the Spark session has no engine jar ({first_line[:300]})"
+    _checked[spark] = reason
+    return reason
+
+
+def _register(spark: SparkSession) -> None:
+    """Name the engine's catalog in the session (a runtime setting; Spark loads the class on first use)."""
+    if spark not in _registered:
+        spark.conf.set(f"spark.sql.catalog.{CATALOG}", CATALOG_CLASS)
+        _registered.add(spark)
+
+
+class EngineProcedureError(RuntimeError):
+    """The JVM side answered something this side does not understand."""
+
+
+def call(spark: SparkSession, action: str, **fields: Any) -> dict[str, Any]:
+    """Run one request (``action`` and its ``fields``) and return the JVM side's answer.
+
+    The request travels as a SQL string literal, so it is JSON-encoded and its quotes and backslashes
+    escaped; it never holds row values, only table locations, view names, versions and counts.
+
+    >>> call(spark, "abort", token="0b6d...")
+    {'protocol': 1, 'status': 'aborted'}
+    """
+    _register(spark)
+    request = json.dumps({"protocol": PROTOCOL, "action": action, **fields}, separators=(",", ":"))
+    literal = request.replace("\\", "\\\\").replace("'", "\\'")
+    rows = spark.sql(f"CALL {CATALOG}.system.net_change(request => '{literal}')").collect()
+    if len(rows) != 1:
+        raise EngineProcedureError(f"net_change {action}: expected one answer row, got {len(rows)}")
+    answer = json.loads(rows[0][0])
+    if answer.get("protocol") != PROTOCOL:
+        raise EngineProcedureError(
+            f"net_change {action}: the engine jar speaks protocol {answer.get('protocol')}, not {PROTOCOL}; "
+            "use the jar built from the same airflow-provider-fkjoin version"
+        )
+    return dict(answer)

@@ -1,0 +1,333 @@
+package io.github.fkjoin.engine;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import com.fasterxml.jackson.databind.node.ArrayNode;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import java.math.BigDecimal;
+import java.util.ArrayList;
+import java.util.Iterator;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+import java.util.UUID;
+import java.util.concurrent.ConcurrentHashMap;
+import org.apache.spark.sql.Column;
+import org.apache.spark.sql.Dataset;
+import org.apache.spark.sql.Observation;
+import org.apache.spark.sql.Row;
+import org.apache.spark.sql.catalyst.expressions.Expression;
+import org.apache.spark.sql.catalyst.expressions.Literal$;
+import org.apache.spark.sql.classic.SparkSession;
+import org.apache.spark.sql.delta.DeltaLog;
+import org.apache.spark.sql.delta.DeltaOperations;
+import org.apache.spark.sql.delta.OptimisticTransaction;
+import org.apache.spark.sql.delta.actions.Action;
+import org.apache.spark.sql.delta.actions.AddFile;
+import org.apache.spark.sql.delta.actions.FileAction;
+import org.apache.spark.sql.delta.actions.SetTransaction;
+import org.apache.spark.sql.delta.commands.DMLWithDeletionVectorsHelper$;
+import org.apache.spark.sql.delta.commands.DeletionVectorBitmapGenerator$;
+import org.apache.spark.sql.delta.commands.DeletionVectorResult;
+import org.apache.spark.sql.delta.commands.TouchedFileWithDV;
+import org.apache.spark.sql.delta.stats.StatsCollectionUtils;
+import org.apache.spark.sql.functions;
+import scala.Option;
+import scala.collection.immutable.Seq;
+import scala.jdk.javaapi.CollectionConverters;
+
+/**
+ * A refresh's net changes committed to a keyed Delta output without MERGE, in two steps so that the
+ * engine can mark the moment between them ({@code committing}):
+ *
+ * <ol>
+ *   <li>{@code prepare}: open a transaction on the output, refuse (status {@code merge_required}, with
+ *       the reason) when the output is not at the version the refresh planned on or has a property a
+ *       hand-built commit would not maintain; locate the affected keys' rows (a temporary view the
+ *       engine built over the output at that version, with each row's file and row index), prove on the
+ *       same pass that the output holds exactly the keys the inputs say, write the deletion vectors of
+ *       the replaced rows, then the new rows and change data (a second view). Nothing is committed: the
+ *       transaction waits under a token;
+ *   <li>{@code commit}: commit the prepared actions with the refresh's {@code SetTransaction} as one
+ *       {@code UPDATE}. A concurrent commit fails it with Delta's conflict exception;
+ *   <li>{@code abort}: drop a prepared transaction (its files stay unreferenced; VACUUM removes them).
+ * </ol>
+ *
+ * <p>Requests and answers are JSON objects with {@code "protocol": 1}; a request of another protocol, or
+ * with a field this protocol does not define, is refused. Example request:
+ *
+ * <pre>
+ * {"protocol": 1, "action": "prepare", "output": "/w/out", "expected_version": 7,
+ *  "app_id": "fkjoin-3f2a", "seq": 12, "located": "fkjoin_located_9c1e", "replaced": true,
+ *  "rows": "fkjoin_rows_9c1e", "proof": {"rows": 11, "h1": "-4411", "h2": "912"}}
+ * </pre>
+ */
+public final class NetChangeCommit {
+  public static final int PROTOCOL = 1;
+  static final String FILE = "_fkjoin_file";
+  static final String ROW = "_fkjoin_row";
+  static final String CHANGE = "_fkjoin_change";
+  static final String EXPECTED = "_fkjoin_expected";
+  static final String[] HASHES = {"_fkjoin_h1", "_fkjoin_h2"};
+  /** Prepared transactions older than this are dropped (their client is gone). */
+  static final long PREPARED_TTL_MS = 6 * 3600 * 1000L;
+
+  private static final ObjectMapper JSON = new ObjectMapper();
+  private static final Map<String, Prepared> PREPARED = new ConcurrentHashMap<>();
+  private static final Map<String, Set<String>> FIELDS =
+      Map.of(
+          "describe", Set.of(),
+          "prepare",
+              Set.of(
+                  "output", "expected_version", "app_id", "seq", "located", "replaced", "rows", "proof"),
+          "commit", Set.of("token"),
+          "abort", Set.of("token"));
+
+  private NetChangeCommit() {}
+
+  /** One transaction prepared and not yet committed or aborted. */
+  private record Prepared(
+      OptimisticTransaction transaction, List<Action> actions, String appId, long seq, long createdAt) {}
+
+  /** Answer one JSON request (see the class comment); errors are thrown as exceptions. */
+  public static String handle(SparkSession spark, String requestJson) {
+    JsonNode request;
+    try {
+      request = JSON.readTree(requestJson);
+    } catch (Exception error) {
+      throw new IllegalArgumentException("net_change: the request is not JSON: " + error.getMessage());
+    }
+    if (request == null || !request.isObject()) {
+      throw new IllegalArgumentException("net_change: the request must be a JSON object");
+    }
+    int protocol = request.path("protocol").asInt(-1);
+    if (protocol != PROTOCOL) {
+      throw new IllegalArgumentException(
+          "net_change: protocol " + request.get("protocol") + " is not understood (this side speaks "
+              + PROTOCOL + "); install the engine jar of the same airflow-provider-fkjoin version");
+    }
+    String action = request.path("action").asText("");
+    Set<String> allowed = FIELDS.get(action);
+    if (allowed == null) {
+      throw new IllegalArgumentException(
+          "net_change: action '" + action + "' is not one of " + FIELDS.keySet());
+    }
+    Iterator<String> names = request.fieldNames();
+    while (names.hasNext()) {
+      String field = names.next();
+      if (!field.equals("protocol") && !field.equals("action") && !allowed.contains(field)) {
+        throw new IllegalArgumentException(
+            "net_change: field '" + field + "' is not part of protocol " + PROTOCOL + "'s " + action);
+      }
+    }
+    requireTestedVersions(spark);
+    ObjectNode answer = JSON.createObjectNode().put("protocol", PROTOCOL);
+    switch (action) {
+      case "describe" -> answer.put("status", "ready").put("actions", String.join(",", FIELDS.keySet()));
+      case "prepare" -> prepare(spark, request, answer);
+      case "commit" -> commit(required(request, "token").asText(), answer);
+      default -> {
+        PREPARED.remove(required(request, "token").asText());
+        answer.put("status", "aborted");
+      }
+    }
+    return answer.toString();
+  }
+
+  /** Spark and Delta versions whose internal classes this code was compiled and tested against. */
+  static final String TESTED_SPARK = "4.2.";
+  static final String TESTED_DELTA = "4.4.";
+
+  private static void requireTestedVersions(SparkSession spark) {
+    String delta;
+    try {
+      // io.delta.package holds Delta's version; "package" is a keyword in Java, hence reflection
+      delta = String.valueOf(Class.forName("io.delta.package").getMethod("VERSION").invoke(null));
+    } catch (ReflectiveOperationException error) {
+      throw new IllegalStateException("net_change: Delta Lake is not on this Spark's classpath", error);
+    }
+    if (!spark.version().startsWith(TESTED_SPARK) || !delta.startsWith(TESTED_DELTA)) {
+      throw new IllegalStateException(
+          "net_change: the engine jar was built for Spark " + TESTED_SPARK + "x and Delta " + TESTED_DELTA
+              + "x; this session runs Spark " + spark.version() + " and Delta " + delta);
+    }
+  }
+
+  private static JsonNode required(JsonNode request, String field) {
+    JsonNode value = request.get(field);
+    if (value == null || value.isNull()) {
+      throw new IllegalArgumentException("net_change: field '" + field + "' is required");
+    }
+    return value;
+  }
+
+  private static void prepare(SparkSession spark, JsonNode request, ObjectNode answer) {
+    dropExpired();
+    String output = required(request, "output").asText();
+    long expected = required(request, "expected_version").asLong();
+    String appId = required(request, "app_id").asText();
+    long seq = required(request, "seq").asLong();
+    DeltaLog log = DeltaLog.forTable(spark, output);
+    OptimisticTransaction transaction = log.startTransaction();
+    long version = transaction.snapshot().version();
+    if (version != expected) {
+      mergeRequired(
+          answer,
+          "the output is at version " + version + ", not " + expected + " as when the refresh began");
+      return;
+    }
+    String unsupported = unsupportedProperty(transaction);
+    if (unsupported != null) {
+      mergeRequired(answer, unsupported);
+      return;
+    }
+    // Read through the transaction so that Delta fails the commit if another run of this refresh
+    // commits first, even one that changed no file.
+    transaction.txnVersion(appId);
+    Seq<AddFile> files = transaction.filterFiles(seqOf(new ArrayList<Expression>()), true);
+    List<Action> actions = new ArrayList<>();
+    JsonNode located = request.get("located");
+    if (located != null && !located.isNull()) {
+      Observation observation = new Observation();
+      Dataset<Row> rows =
+          spark
+              .table(located.asText())
+              .observe(
+                  observation,
+                  functions.count(functions.lit(1)).alias("rows"),
+                  functions.count_if(functions.col(EXPECTED).equalTo(0)).alias("unexpected"),
+                  functions.sum(functions.col(HASHES[0])).alias(HASHES[0]),
+                  functions.sum(functions.col(HASHES[1])).alias(HASHES[1]));
+      Seq<DeletionVectorResult> bitmaps = null;
+      if (request.path("replaced").asBoolean(false)) {
+        Dataset<Row> replaced = rows.where(functions.col(CHANGE).isin("update", "delete"));
+        bitmaps =
+            DeletionVectorBitmapGenerator$.MODULE$.buildRowIndexSetsForFilesMatchingCondition(
+                spark,
+                transaction,
+                true,
+                replaced,
+                files,
+                Literal$.MODULE$.TrueLiteral(),
+                Option.apply(functions.col(FILE)),
+                Option.apply(functions.col(ROW)));
+      } else {
+        rows.count();
+      }
+      String disproved = disproved(observation, request.get("proof"));
+      if (disproved != null) {
+        mergeRequired(answer, disproved);
+        return;
+      }
+      if (bitmaps != null) {
+        var helper = DMLWithDeletionVectorsHelper$.MODULE$;
+        Seq<TouchedFileWithDV> touched =
+            helper.findFilesWithMatchingRows(
+                transaction, helper.generateCandidateFileMap(log.dataPath(), files), bitmaps);
+        int prefix =
+            StatsCollectionUtils.getDataSkippingStringPrefixLength(spark, transaction.metadata());
+        Seq<FileAction> vectors = helper.processUnmodifiedData(spark, touched, transaction.snapshot(), prefix)._1();
+        actions.addAll(CollectionConverters.asJava(vectors));
+      }
+    }
+    JsonNode newRows = request.get("rows");
+    if (newRows != null && !newRows.isNull()) {
+      actions.addAll(CollectionConverters.asJava(transaction.writeFiles(spark.table(newRows.asText()))));
+    }
+    String token = UUID.randomUUID().toString();
+    PREPARED.put(token, new Prepared(transaction, actions, appId, seq, System.currentTimeMillis()));
+    answer.put("status", "prepared").put("token", token).put("version", version);
+    ArrayNode layout = answer.putArray("files");
+    for (AddFile file : CollectionConverters.asJava(files)) {
+      ArrayNode entry = layout.addArray().add(file.size());
+      Option<Object> records = file.numPhysicalRecords();
+      if (records.isDefined()) {
+        entry.add((Long) records.get());
+      } else {
+        entry.addNull();
+      }
+      entry.add(file.deletionVector() == null ? 0L : file.deletionVector().cardinality());
+    }
+  }
+
+  private static void commit(String token, ObjectNode answer) {
+    Prepared prepared = PREPARED.remove(token);
+    if (prepared == null) {
+      throw new IllegalStateException(
+          "net_change: no prepared commit " + token + " (committed, aborted, or expired)");
+    }
+    List<Action> actions = new ArrayList<>(prepared.actions());
+    Option<Object> now = Option.apply((Object) System.currentTimeMillis());
+    actions.add(new SetTransaction(prepared.appId(), prepared.seq(), now));
+    long version =
+        prepared.transaction().commit(seqOf(actions), new DeltaOperations.Update(Option.empty()));
+    answer.put("status", "committed").put("version", version);
+  }
+
+  /** Why the output's properties rule out a hand-built commit, or null when they do not. */
+  private static String unsupportedProperty(OptimisticTransaction transaction) {
+    scala.collection.immutable.Map<String, String> conf = transaction.metadata().configuration();
+    if (!"true".equalsIgnoreCase(conf.getOrElse("delta.enableChangeDataFeed", () -> ""))) {
+      return "the output's change data feed is off (delta.enableChangeDataFeed)";
+    }
+    if (!"true".equalsIgnoreCase(conf.getOrElse("delta.enableDeletionVectors", () -> ""))) {
+      return "the output does not take deletion vectors (delta.enableDeletionVectors)";
+    }
+    if ("true".equalsIgnoreCase(conf.getOrElse("delta.enableRowTracking", () -> ""))) {
+      return "the output tracks row lineage (delta.enableRowTracking)";
+    }
+    for (String name :
+        new String[] {
+          "delta.coordinatedCommits.commitCoordinator-preview", "delta.coordinatedCommits.commitCoordinator"
+        }) {
+      if (!conf.getOrElse(name, () -> "").isEmpty()) {
+        return "the output's commits are coordinated (" + name + ")";
+      }
+    }
+    return null;
+  }
+
+  /**
+   * Why the located rows disprove the refresh's claim about the output's keys, or null when they bear it
+   * out: every affected key with a previous row once, no inserted key, and the same two key-hash sums.
+   */
+  private static String disproved(Observation observation, JsonNode proof) {
+    if (!observation.future().isCompleted()
+        || observation.getRow() == null
+        || observation.getRow().schema() == null
+        || proof == null
+        || proof.isNull()) {
+      return "the output's keys were not located (no observed metrics); MERGE writes it";
+    }
+    Row found = observation.getRow();
+    long rows = found.getLong(found.fieldIndex("rows"));
+    long unexpected = found.getLong(found.fieldIndex("unexpected"));
+    long claimed = required(proof, "rows").asLong();
+    boolean same = unexpected == 0 && rows == claimed;
+    for (String hash : HASHES) {
+      Object sum = found.get(found.fieldIndex(hash));
+      BigDecimal observed = sum == null ? BigDecimal.ZERO : new BigDecimal(sum.toString());
+      same = same && observed.compareTo(new BigDecimal(required(proof, hash.substring(8)).asText())) == 0;
+    }
+    if (same) {
+      return null;
+    }
+    long bad = unexpected + Math.abs(claimed - (rows - unexpected));
+    return (bad == 0 ? "some" : String.valueOf(bad))
+        + " affected key(s) are not in the output as the inputs' previous versions say; the output holds "
+        + "something other than the last refresh's join";
+  }
+
+  private static void mergeRequired(ObjectNode answer, String reason) {
+    answer.put("status", "merge_required").put("reason", reason);
+  }
+
+  private static void dropExpired() {
+    long oldest = System.currentTimeMillis() - PREPARED_TTL_MS;
+    PREPARED.values().removeIf(prepared -> prepared.createdAt() < oldest);
+  }
+
+  private static <T> Seq<T> seqOf(List<T> items) {
+    return CollectionConverters.asScala(items).toSeq();
+  }
+}
