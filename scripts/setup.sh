@@ -36,5 +36,5 @@ if [ "$(cat "$jars_stamp" 2>/dev/null)" != "$jars_want" ]; then
   echo "$jars_want" > "$jars_stamp"
 fi
 
-"$root/scripts/build-engine-jar.sh"   # the engine's JVM side, compiled against those jars
+PYTHON="$root/.venv/bin/python" "$root/scripts/build-engine-jar.sh"   # the engine's JVM side, compiled against those jars
 "$root/scripts/setup-e2e.sh"   # system packages for tests/e2e (chromium); a no-op once installed

@@ -188,6 +188,7 @@ def test_concurrent_commits_conflict(spark, warehouse: Path) -> None:
     ],
 )
 def test_a_request_the_jvm_side_does_not_understand_is_refused(spark, request_, message) -> None:
+    assert engine_procedure.unavailable_reason(spark) is None  # the session names the engine's catalog
     literal = json.dumps(request_).replace("'", "\\'")
     with pytest.raises(Exception, match=message):
         spark.sql(f"CALL {engine_procedure.CATALOG}.system.net_change(request => '{literal}')").collect()

@@ -340,7 +340,8 @@ class FkJoinHook(BaseHook):
     def _delta_jars(self, deploy_mode: str) -> tuple[str | None, str | None]:
         """``--jars`` and ``--packages``: the operator's own, else Delta's local jars (or its Maven
         coordinate) and, when the driver runs here (client mode), the engine's jar, without which the
-        refresh writes through MERGE. A cluster-mode driver finds the engine's jar in its own image."""
+        refresh writes through MERGE. A cluster-mode driver runs elsewhere: a local path means nothing
+        there, so it gets no engine jar from here."""
         if self.jars:
             return self.jars, None
         if self.packages:

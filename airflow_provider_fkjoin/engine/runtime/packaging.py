@@ -41,8 +41,8 @@ def delta_jars() -> list[str]:
 
 
 def engine_jar() -> str | None:
-    """The engine's jar (:data:`ENGINE_JAR`), or ``FKJOIN_ENGINE_JAR``; None when neither exists (then
-    every refresh writes through Delta's MERGE)."""
+    """``FKJOIN_ENGINE_JAR`` as given, else the engine's jar (:data:`ENGINE_JAR`) when it was built; None
+    when neither (then every refresh writes through Delta's MERGE)."""
     configured = os.environ.get("FKJOIN_ENGINE_JAR", "")
     if configured:
         return configured

@@ -100,8 +100,8 @@ public final class NetChangeCommit {
     if (request == null || !request.isObject()) {
       throw new IllegalArgumentException("net_change: the request must be a JSON object");
     }
-    int protocol = request.path("protocol").asInt(-1);
-    if (protocol != PROTOCOL) {
+    JsonNode protocol = request.path("protocol");
+    if (!protocol.isIntegralNumber() || protocol.asInt() != PROTOCOL) {
       throw new IllegalArgumentException(
           "net_change: protocol " + request.get("protocol") + " is not understood (this side speaks "
               + PROTOCOL + "); install the engine jar of the same airflow-provider-fkjoin version");
@@ -121,6 +121,7 @@ public final class NetChangeCommit {
       }
     }
     requireTestedVersions(spark);
+    dropExpired();
     ObjectNode answer = JSON.createObjectNode().put("protocol", PROTOCOL);
     switch (action) {
       case "describe" -> answer.put("status", "ready").put("actions", String.join(",", FIELDS.keySet()));
@@ -162,7 +163,6 @@ public final class NetChangeCommit {
   }
 
   private static void prepare(SparkSession spark, JsonNode request, ObjectNode answer) {
-    dropExpired();
     String output = required(request, "output").asText();
     long expected = required(request, "expected_version").asLong();
     String appId = required(request, "app_id").asText();
