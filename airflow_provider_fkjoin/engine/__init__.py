@@ -51,7 +51,7 @@ from .runtime.packaging import (
     DELTA_MAVEN_COORDINATE,
     ENGINE_LOG4J,
     delta_jars,
-    engine_jar,
+    local_jars,
 )
 
 if TYPE_CHECKING:
@@ -108,11 +108,11 @@ __all__ = [
     "consumed_input",
     "consumed_version",
     "delta_jars",
-    "engine_jar",
     "get_spark",
     "high_watermark",
     "is_connect",
     "load_spec",
+    "local_jars",
     "location_identity",
     "noop_result",
     "normalise_location",

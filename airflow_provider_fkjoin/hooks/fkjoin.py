@@ -56,7 +56,7 @@ from airflow_provider_fkjoin.engine import (
     PHASE_MARKER,
     WRITE_PATHS,
     delta_jars,
-    engine_jar,
+    local_jars,
 )
 from airflow_provider_fkjoin.hooks.masking import (
     mask_text,
@@ -346,10 +346,8 @@ class FkJoinHook(BaseHook):
             return self.jars, None
         if self.packages:
             return None, self.packages
-        local = delta_jars()
-        engine = engine_jar() if deploy_mode != "cluster" else None
-        jars = ",".join([*local, *([engine] if engine else [])])
-        return jars or None, None if local else DELTA_PACKAGE
+        jars = ",".join(local_jars(with_engine=deploy_mode != "cluster"))
+        return jars or None, None if delta_jars() else DELTA_PACKAGE
 
     def _deploy_mode(self, connection: Any) -> str:
         return str(self.deploy_mode or connection.extra_dejson.get("deploy-mode") or "client")

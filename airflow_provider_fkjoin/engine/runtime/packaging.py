@@ -47,3 +47,14 @@ def engine_jar() -> str | None:
     if configured:
         return configured
     return str(ENGINE_JAR) if ENGINE_JAR.is_file() else None
+
+
+def local_jars(*, with_engine: bool = True) -> list[str]:
+    """The local jars a driver of the engine loads: Delta's (:func:`delta_jars`), then the engine's
+    (:func:`engine_jar`) unless ``with_engine`` is false or it was not built.
+
+    >>> [Path(jar).name for jar in local_jars()][-1]
+    'fkjoin-engine.jar'
+    """
+    engine = engine_jar() if with_engine else None
+    return [*delta_jars(), *([engine] if engine else [])]

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from pyspark.sql import SparkSession
 
 from ..core.errors import SpecError
-from .packaging import DELTA_MAVEN_COORDINATE, ENGINE_LOG4J, delta_jars, engine_jar
+from .packaging import DELTA_MAVEN_COORDINATE, ENGINE_LOG4J, delta_jars, local_jars
 
 DEFAULT_CONF: dict[str, str] = {
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
@@ -90,12 +90,11 @@ def session_conf(
     """The master and conf ``get_spark`` would use; pure, so tests can check it without a JVM."""
     chosen_master = master or os.environ.get("FKJOIN_SPARK_MASTER") or "local[*]"
     merged = dict(DEFAULT_CONF)
-    jars = delta_jars()
-    if not jars:
+    if not delta_jars():
         merged["spark.jars.packages"] = DELTA_MAVEN_COORDINATE
-    engine = engine_jar()
-    if jars or engine:
-        merged["spark.jars"] = ",".join([*jars, *([engine] if engine else [])])
+    jars = local_jars()
+    if jars:
+        merged["spark.jars"] = ",".join(jars)
     merged.update(parse_conf(os.environ.get("FKJOIN_SPARK_CONF", "")))
     merged.update({str(k): str(v) for k, v in (conf or {}).items()})
     return chosen_master, merged
@@ -182,11 +181,10 @@ def connect_server_argv(
     }
     settings |= {str(k): str(v) for k, v in (conf or {}).items()}
     argv = [spark_submit, "--class", CONNECT_SERVER_CLASS, "--master", master, "--name", "fkjoin-connect"]
-    jars = delta_jars()
-    engine = engine_jar()
-    if jars or engine:
-        argv += ["--jars", ",".join([*jars, *([engine] if engine else [])])]
-    if not jars:
+    jars = local_jars()
+    if jars:
+        argv += ["--jars", ",".join(jars)]
+    if not delta_jars():
         argv += ["--packages", DELTA_MAVEN_COORDINATE]
     for key, value in settings.items():
         argv += ["--conf", f"{key}={value}"]
