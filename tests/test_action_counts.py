@@ -156,11 +156,11 @@ def test_a_refresh_loads_each_table_log_once_and_runs_no_describe(
 
 
 #: The most jobs and SQL executions a small incremental foreign-key refresh (one order and one customer
-#: changed, 11 output rows) may run with the net-change writer: 44-45 jobs and 25 executions when the
-#: bound was set (54 and 29 before the compute phase became one action), a little headroom for Delta's
-#: own background work.
-FK_REFRESH_MAX_JOBS = 48
-FK_REFRESH_MAX_EXECUTIONS = 28
+#: changed, 11 output rows) may run with the net-change writer: 50-51 jobs and 30 executions when the
+#: bound was set (the engine procedure's two calls and the two temporary views that hand it the rows are
+#: 5 of the executions), a little headroom for Delta's own background work.
+FK_REFRESH_MAX_JOBS = 54
+FK_REFRESH_MAX_EXECUTIONS = 32
 
 
 def test_a_small_foreign_key_refresh_runs_a_few_spark_actions(
@@ -185,9 +185,10 @@ def test_a_small_foreign_key_refresh_runs_a_few_spark_actions(
 
 
 #: multiway_join, 3 inputs (50 businesses, 500 reviews, 60 owners), a review changed, then a business
-#: and a review: 58 jobs and 36 executions when the bound was set, plus headroom.
-MULTIWAY_REFRESH_MAX_JOBS = 64
-MULTIWAY_REFRESH_MAX_EXECUTIONS = 40
+#: and a review: 64 jobs and 41 executions when the bound was set (with the engine procedure's calls and
+#: views, as above), plus headroom.
+MULTIWAY_REFRESH_MAX_JOBS = 68
+MULTIWAY_REFRESH_MAX_EXECUTIONS = 44
 
 
 def test_a_small_multiway_refresh_runs_a_few_spark_actions(spark: SparkSession, warehouse: Path) -> None:
@@ -386,9 +387,10 @@ def test_a_small_stream_table_join_refresh_runs_a_few_spark_actions(
 
 
 #: global_table_bootstrap catching up from its checkpoint (1000 products; one updated, then one updated
-#: and one deleted): 29 jobs and 21 executions when the bound was set, plus headroom.
-GLOBAL_TABLE_REFRESH_MAX_JOBS = 32
-GLOBAL_TABLE_REFRESH_MAX_EXECUTIONS = 23
+#: and one deleted): 35 jobs and 26 executions when the bound was set (with the engine procedure's calls
+#: and views, as above), plus headroom.
+GLOBAL_TABLE_REFRESH_MAX_JOBS = 38
+GLOBAL_TABLE_REFRESH_MAX_EXECUTIONS = 28
 
 
 def test_a_small_global_table_catch_up_runs_a_few_spark_actions(spark: SparkSession, warehouse: Path) -> None:

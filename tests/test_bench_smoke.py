@@ -18,6 +18,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 BENCH = REPO_ROOT / "bench"
 BENCHMARKS = [
     "airflow_modes",
+    "connect_refresh",
     "fixed_cost",
     "fk_join",
     "floor",

@@ -10,7 +10,6 @@ import deltalake
 import pytest
 
 from airflow_provider_fkjoin.engine.runtime import internals
-from airflow_provider_fkjoin.engine.write.net_changes import file_layout
 
 
 def test_runtime_is_a_tested_version(spark) -> None:
@@ -70,76 +69,6 @@ def test_path_has_files(spark, warehouse: Path) -> None:
     assert not path_has_files(spark, f"file://{empty}")
     assert path_has_files(spark, f"file://{full}")
     assert not path_has_files(spark, f"file://{warehouse}/missing")
-
-
-def test_output_transaction_deletes_by_position_and_commits_one_update(spark, warehouse: Path) -> None:
-    """Every Delta internal the net-change commit uses, end to end on a tiny table: list the files,
-    locate rows by file and row index (deletion vectors applied), write DVs, new rows and change data,
-    commit with a SetTransaction as an UPDATE, and see exactly that in the table, its feed and its log."""
-    path = str(warehouse / "t")
-    (
-        spark.range(6)
-        .selectExpr("id", "CAST(id * 10 AS BIGINT) AS v")
-        .coalesce(1)
-        .write.format("delta")
-        .option("delta.enableChangeDataFeed", "true")
-        .option("delta.enableDeletionVectors", "true")
-        .save(path)
-    )
-    transaction = internals.OutputTransaction(spark, path)
-    assert transaction.version == 0
-    layout = file_layout(transaction.files(), small_file_share=2.0, dv_min_rows=1)
-    assert layout == {"files": 1, "small_files": 1, "files_over_ratio": 0}
-    assert file_layout(transaction.files(), small_file_share=0.25, dv_min_rows=1)["small_files"] == 0
-    live = transaction.live_rows()
-    located = live.where("id IN (1, 4)").select("_fkjoin_file", "_fkjoin_row")
-    assert sorted(r["_fkjoin_row"] for r in located.collect()) == [1, 4]
-    dv_actions = transaction.deletion_vectors(transaction.rows_to_delete(located))
-    rows = spark.createDataFrame(
-        [(1, 11, None), (1, 11, "update_postimage"), (1, 10, "update_preimage"), (4, 40, "delete")],
-        "id long, v long, _change_type string",
-    )
-    version = transaction.commit([dv_actions, transaction.write_files(rows)], "probe-app", 3)
-    assert version == 1
-    table = spark.read.format("delta").load(path)
-    assert sorted(tuple(r) for r in table.collect()) == [(0, 0), (1, 11), (2, 20), (3, 30), (5, 50)]
-    feed = spark.read.format("delta").option("readChangeFeed", "true").option("startingVersion", 1).load(path)
-    assert sorted((r["id"], r["v"], r["_change_type"]) for r in feed.collect()) == [
-        (1, 10, "update_preimage"),
-        (1, 11, "update_postimage"),
-        (4, 40, "delete"),
-    ]
-    assert internals.delta_transaction_version(spark, path, "probe-app") == 3
-    assert internals.OutputTransaction(spark, path).read_transaction_version("probe-app") == 3
-    assert internals.OutputTransaction(spark, path).read_transaction_version("other-app") is None
-    history = spark.sql(f"DESCRIBE HISTORY delta.`{path}` LIMIT 1").first()
-    assert history["operation"] == "UPDATE"
-
-
-def test_delta_conflicts_are_recognised(spark, warehouse: Path) -> None:
-    path = str(warehouse / "t")
-    spark.range(2).write.format("delta").save(path)
-    first, second = internals.OutputTransaction(spark, path), internals.OutputTransaction(spark, path)
-    first.commit([first.write_files(spark.range(2, 3))], "probe-app", 1)
-    with pytest.raises(Exception) as raised:
-        second.commit([second.write_files(spark.range(3, 4))], "probe-app", 2)
-    assert internals.is_concurrent_modification(raised.value)
-    assert not internals.is_concurrent_modification(ValueError("no"))
-
-
-def test_a_transaction_that_read_its_txn_version_conflicts_with_an_empty_commit_of_it(
-    spark, warehouse: Path
-) -> None:
-    """Commits that touch no file never conflict on files; reading ``txnVersion`` makes Delta check
-    the app id, so a second commit for the same app after an empty one is refused."""
-    path = str(warehouse / "t")
-    spark.range(2).write.format("delta").save(path)
-    first, second = internals.OutputTransaction(spark, path), internals.OutputTransaction(spark, path)
-    assert second.read_transaction_version("probe-app") is None
-    first.commit([], "probe-app", 1)
-    with pytest.raises(Exception) as raised:
-        second.commit([], "probe-app", 1)
-    assert internals.is_concurrent_modification(raised.value)
 
 
 def test_observed_metrics_are_read_without_waiting(spark) -> None:

@@ -236,7 +236,7 @@ def test_a_concurrent_refresh_that_changed_nothing_still_fails_the_other(spark, 
     so no file conflicts with the second, which still must not commit the same seq again. The
     transaction reads the refresh's ``txnVersion``, so Delta fails the second commit cleanly."""
     from airflow_provider_fkjoin.engine.core.progress import read_output_log
-    from airflow_provider_fkjoin.engine.runtime import internals
+    from airflow_provider_fkjoin.engine.runtime import engine_procedure
 
     spec, out = tables["spec"], tables["out"]
     run_spec(spec, spark=spark)
@@ -246,7 +246,9 @@ def test_a_concurrent_refresh_that_changed_nothing_still_fails_the_other(spark, 
 
     def another_run_commits_first(name: str) -> None:
         if name == "committing":
-            internals.OutputTransaction(spark, str(out)).commit([], log.app_id, log.last_seq + 1)
+            request = {"output": str(out), "app_id": log.app_id, "seq": log.last_seq + 1, "replaced": False}
+            empty = engine_procedure.call(spark, "prepare", expected_version=log.latest_version, **request)
+            engine_procedure.call(spark, "commit", token=empty["token"])
 
     before = len(_commits(out))
     with phase_listener(another_run_commits_first), pytest.raises(ConcurrentRefreshError, match="retry"):

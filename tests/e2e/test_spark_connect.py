@@ -260,6 +260,8 @@ def test_every_kind_over_spark_connect_equals_the_classic_engine(
         remote = run_over_connect(spark_connect_server.url, connect_spec)
         assert remote["mode"] == classic["mode"], (refresh, remote, classic)
         assert remote["inputs"] == classic["inputs"], refresh
+        # the same write path: the engine's net-change commit over Connect too, not a MERGE fallback
+        assert remote.get("write_path") == classic.get("write_path"), (refresh, remote, classic)
         got = rows(spark, tmp_path / "out_connect")
         assert got == rows(spark, tmp_path / "out_classic"), f"{name}, {refresh} refresh"
         assert got, f"{name}: an empty output proves nothing"
@@ -301,8 +303,10 @@ def test_hook_refresh_noop_and_bad_input_through_spark_connect(
     upsert(spark, str(tmp_path / "customers"), [{"customer_id": 20, "name": "B"}], ["customer_id"])
     delete_keys(spark, str(tmp_path / "orders"), [1], ["order_id"])
     second = FkJoinHook(connect_conn).run(spec)
-    assert (second["mode"], second["write_path"]) == ("incremental", "merge"), second
+    assert (second["mode"], second["write_path"]) == ("incremental", "net_changes"), second
     assert output_state(spark, tmp_path / "out") == oracle(spark, second, "left")
+    history = spark.sql(f"DESCRIBE HISTORY delta.`{tmp_path / 'out'}` LIMIT 1").first()
+    assert history["operation"] == "UPDATE", history  # the net-change commit, not MERGE
 
     engine_noop = FkJoinHook(connect_conn, noop_check=False).run(spec)
     assert (engine_noop["mode"], engine_noop["source"]) == ("noop", "driver_stdout")
@@ -431,3 +435,22 @@ def test_on_kill_interrupts_the_refresh_and_releases_its_session(
     # land after the release, and the rerun then finds nothing to do.
     assert rerun["mode"] in (("noop",) if commits else ("noop", "full")), rerun
     _assert_output_is_the_recompute(spark, tmp_path, after[0])
+
+
+def test_a_connect_server_without_the_engine_jar_still_refreshes_through_merge(
+    spark: Any, spark_connect_server: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Someone else's Connect server has no engine jar: the client finds no procedure (here, the session
+    names a catalog class the server lacks), warns, and writes the refresh with Delta's MERGE; the result
+    says so."""
+    write(spark, [(1, 10, 1.0), (2, 20, 2.0)], ORDERS, tmp_path / "orders")
+    write(spark, [(10, "a"), (20, "b")], CUSTOMERS, tmp_path / "customers")
+    spec = _fk(tmp_path)
+    absent = "spark.sql.catalog.fkjoin_engine=io.github.fkjoin.engine.AbsentCatalog"
+    monkeypatch.setenv("FKJOIN_SPARK_CONF", absent)
+    assert run_over_connect(spark_connect_server.url, spec)["mode"] == "full"
+    upsert(spark, str(tmp_path / "customers"), [{"customer_id": 20, "name": "B"}], ["customer_id"])
+    second = run_over_connect(spark_connect_server.url, spec)
+    assert (second["mode"], second["write_path"]) == ("incremental", "merge"), second
+    assert any("no engine jar" in warning for warning in second["warnings"]), second["warnings"]
+    assert output_state(spark, tmp_path / "out") == oracle(spark, second, "left")

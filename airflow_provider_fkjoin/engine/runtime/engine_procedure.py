@@ -56,9 +56,12 @@ def unavailable_reason(spark: SparkSession) -> str | None:
 
 
 def _register(spark: SparkSession) -> None:
-    """Name the engine's catalog in the session (a runtime setting; Spark loads the class on first use)."""
+    """Name the engine's catalog in the session (a runtime setting; Spark loads the class on first use),
+    unless the session already names one under :data:`CATALOG` (the server's or the user's setting)."""
     if spark not in _registered:
-        spark.conf.set(f"spark.sql.catalog.{CATALOG}", CATALOG_CLASS)
+        key = f"spark.sql.catalog.{CATALOG}"
+        if spark.conf.get(key, None) is None:
+            spark.conf.set(key, CATALOG_CLASS)
         _registered.add(spark)
 
 

@@ -1,6 +1,7 @@
 """The few Spark and Delta internals the engine needs, in one place, checked against the pinned versions.
 
-Public APIs cannot do four things the engine needs:
+Public APIs cannot do three things the engine needs (the net-change commit, a fourth, is the engine's
+JVM side, :mod:`.engine_procedure`):
 
 * tell which Catalyst nodes an analysed spec expression contains (a subquery, a window, ``reflect``...),
   to refuse expressions that are not pure row-level SQL (:mod:`.expressions`; over Spark Connect, which
@@ -9,10 +10,6 @@ Public APIs cannot do four things the engine needs:
   is not on the local file system (local tables are read with ``deltalake``, which has a public API):
   from the table's snapshot through py4j, or over Spark Connect from the log's files
   (:func:`transaction_version_from_log`, the Delta protocol's checkpoint and commit format);
-* commit a refresh's net changes without MERGE (:mod:`.net_changes`): list the output's files,
-  locate rows by file and row index, write deletion vectors (Delta's own DELETE/UPDATE helpers), new
-  rows and change data, and commit them with a ``SetTransaction`` as one ``UPDATE``
-  (:class:`OutputTransaction`);
 * append a stream refresh's rows guarded by its app id without rebuilding the output's state
   (:class:`AppendTransaction`).
 
@@ -197,117 +194,6 @@ def transaction_version_from_log(spark: SparkSession, path: str, app_id: str) ->
         if "txn" not in str(error):
             raise
     return max(found) if found else None
-
-
-class OutputTransaction:
-    """A Delta ``OptimisticTransaction`` on one output, for a commit built without MERGE (py4j).
-
-    Opening it pins the output's snapshot and records a read of the whole table, so any concurrent
-    commit that adds or removes files makes :meth:`commit` fail with Delta's conflict exception
-    instead of being silently overwritten. The files are listed once, with their row counts.
-
-    >>> transaction = OutputTransaction(spark, "/w/orders_enriched")
-    >>> transaction.version
-    7
-    """
-
-    def __init__(self, spark: SparkSession, path: str) -> None:
-        check_versions(spark)
-        self.spark = spark
-        jvm = spark._jvm  # type: ignore[attr-defined]
-        self._jvm = jvm
-        self._delta = jvm.org.apache.spark.sql.delta
-        self._log = self._delta.DeltaLog.forTable(spark._jsparkSession, path)  # type: ignore[attr-defined]
-        self._txn = self._log.startTransaction()
-        no_filters = jvm.org.apache.spark.api.python.PythonUtils.toSeq(jvm.java.util.ArrayList())
-        self._files = self._txn.filterFiles(no_filters, True)
-
-    def table_property(self, name: str) -> str | None:
-        """A table property of the snapshot (``delta.enableChangeDataFeed``...), None when unset."""
-        found = self._txn.metadata().configuration().get(name)
-        return str(found.get()) if found.isDefined() else None
-
-    @property
-    def version(self) -> int:
-        """The snapshot version the transaction read (its commit becomes ``version + 1``)."""
-        return int(self._txn.snapshot().version())
-
-    def read_transaction_version(self, app_id: str) -> int | None:
-        """The last ``txnVersion`` recorded for ``app_id`` (None: never), read *through* the transaction:
-        Delta then fails the commit if another commit for ``app_id`` lands first, even one that adds
-        or removes no file (a refresh that changed nothing), as it does for ``txnAppId`` writes."""
-        found = int(self._txn.txnVersion(app_id))
-        return None if found < 0 else found
-
-    def live_rows(self) -> DataFrame:
-        """The table at the snapshot (deletion vectors applied), with each row's file and row index
-        as ``_fkjoin_file`` and ``_fkjoin_row``: where a deletion vector must point to delete it."""
-        frame = self._log.createDataFrame(
-            self._txn.snapshot(), self._files, False, self._jvm.scala.Option.apply(None)
-        )
-        rows = DataFrame(frame, self.spark)
-        return rows.selectExpr(
-            "*", "_metadata.file_path AS _fkjoin_file", "_metadata.row_index AS _fkjoin_row"
-        )
-
-    def rows_to_delete(self, located: DataFrame) -> Any:
-        """The files holding ``located``'s rows (``_fkjoin_file``, ``_fkjoin_row``), each with the bitmap
-        of those rows merged with its existing deletion vector: one job over ``located``, nothing
-        written yet (see :meth:`deletion_vectors`)."""
-        delta, session = self._delta, self.spark._jsparkSession  # type: ignore[attr-defined]
-        functions = self._jvm.org.apache.spark.sql.functions
-        generator = getattr(getattr(delta.commands, "DeletionVectorBitmapGenerator$"), "MODULE$")
-        always = session.sessionState().sqlParser().parseExpression("true")
-        bitmaps = generator.buildRowIndexSetsForFilesMatchingCondition(
-            session,
-            self._txn,
-            True,
-            located._jdf,
-            self._files,
-            always,
-            self._jvm.scala.Option.apply(functions.col("_fkjoin_file")),
-            self._jvm.scala.Option.apply(functions.col("_fkjoin_row")),
-        )
-        return self._dv_helper.findFilesWithMatchingRows(
-            self._txn, self._dv_helper.generateCandidateFileMap(self._log.dataPath(), self._files), bitmaps
-        )
-
-    def deletion_vectors(self, touched: Any) -> Any:
-        """File actions for :meth:`rows_to_delete`'s files: each file's new deletion vector, written as
-        a DV file, as a remove of the old entry and an add of the same file with the new vector."""
-        session = self.spark._jsparkSession  # type: ignore[attr-defined]
-        prefix = self._delta.stats.StatsCollectionUtils.getDataSkippingStringPrefixLength(
-            session, self._txn.metadata()
-        )
-        return self._dv_helper.processUnmodifiedData(session, touched, self._txn.snapshot(), prefix)._1()
-
-    @property
-    def _dv_helper(self) -> Any:
-        return getattr(getattr(self._delta.commands, "DMLWithDeletionVectorsHelper$"), "MODULE$")
-
-    def files(self) -> list[dict[str, Any]]:
-        """The snapshot's files as the transaction listed them (Delta's ``AddFile`` actions as JSON
-        objects: ``size``, ``stats``, ``deletionVector``...), fetched in one call, no Spark job."""
-        json_utils = getattr(getattr(self._delta.util, "JsonUtils$"), "MODULE$")
-        return json.loads(json_utils.mapper().writeValueAsString(self._files))
-
-    def write_files(self, rows: DataFrame) -> Any:
-        """Write ``rows`` as new data files, and those with a ``_change_type`` as change-data files."""
-        return self._txn.writeFiles(rows._jdf)
-
-    def commit(self, action_groups: list[Any], app_id: str, seq: int) -> int:
-        """Commit the actions with the refresh's ``SetTransaction`` as one ``UPDATE`` commit; returns its
-        version. The commit's user metadata comes from the session (:func:`.progress.commit_settings`).
-        """
-        jvm = self._jvm
-        actions = jvm.java.util.ArrayList()
-        for group in action_groups:
-            actions.addAll(jvm.scala.jdk.javaapi.CollectionConverters.asJava(group))
-        now = jvm.scala.Option.apply(jvm.java.lang.Long.valueOf(int(time.time() * 1000)))
-        actions.add(self._delta.actions.SetTransaction(app_id, seq, now))
-        operation = getattr(self._delta, "DeltaOperations$Update")(jvm.scala.Option.apply(None))
-        seq_actions = jvm.org.apache.spark.api.python.PythonUtils.toSeq(actions)
-        return int(self._txn.commit(seq_actions, operation))
 
 
 class AppendTransaction:

@@ -13,10 +13,13 @@ A kind computes the previous and the new values of its affected keys, and this m
 2. reads only the output's key columns, with each row's file and row index, in the one pass that
    finds the rows to delete, and checks on the counts and hash sums observed there that the invariant
    holds for these keys: every updated, deleted or unchanged key is in the output exactly once, and no
-   inserted key is in it (before any deletion vector is written);
+   inserted key is in it (before anything is committed);
 3. writes, in one Delta ``UPDATE`` commit that also carries the refresh's progress and transaction
    id: deletion vectors for the replaced rows, the new rows, and the change-data rows. Whether the
    output needs compacting is decided on the driver from the file list the transaction holds.
+
+Steps 2 and 3 run in the JVM (the engine's ``net_change`` procedure, :mod:`..runtime.engine_procedure`),
+the same code for classic Spark and Spark Connect; this module plans the frames they read.
 
 When the proof fails, or the output moved since the refresh read its log, :class:`MergeRequired`
 sends the kind back to MERGE, which does not rely on the invariant.
@@ -28,12 +31,12 @@ sends the kind back to MERGE, which does not rely on the invariant.
 
 from __future__ import annotations
 
-import json
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
 from pyspark import StorageLevel
-from pyspark.sql import Column, DataFrame, Observation
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from ..core.errors import ConcurrentRefreshError
@@ -43,7 +46,7 @@ from ..core.spec import quote
 from ..core.trace import phase
 from ..delta.changes import maybe_broadcast
 from ..delta.tables import DeltaHandle, values_equal
-from ..runtime import internals
+from ..runtime import engine_procedure, internals
 
 #: Compaction thresholds: a refresh compacts its output when ``COMPACT_SMALL_FILES`` files are small
 #: (under ``SMALL_FILE_BYTES`` and under ``SMALL_FILE_SHARE`` of the table's mean file size: each refresh
@@ -156,6 +159,10 @@ class KeyProof:
     h1: Any
     h2: Any
 
+    def as_request(self) -> dict[str, Any]:
+        """The proof as the JVM side's request carries it (sums as decimal strings: they exceed 64 bits)."""
+        return {"rows": self.rows, "h1": str(self.h1), "h2": str(self.h2)}
+
 
 @dataclass(frozen=True)
 class NetCommit:
@@ -178,42 +185,47 @@ def commit_net_changes(
     """Apply ``changes`` to the output in one commit (see the module docstring); returns its version
     and whether the output's files now need compacting (:func:`compact_output`).
 
-    Raises :class:`MergeRequired` when the output is not at ``expected_version`` (the version the
-    refresh planned against) or does not hold the keys the changes assume; nothing is written then.
+    The Spark work is planned here; the transaction is the engine's JVM side
+    (:mod:`..runtime.engine_procedure`): ``prepare`` locates and proves the keys, writes the deletion
+    vectors, new rows and change data, and ``commit`` commits them. Raises :class:`MergeRequired` when
+    the session has no engine jar, the output is not at ``expected_version`` (the version the refresh
+    planned against) or does not hold the keys the changes assume; nothing is committed then.
     """
-    transaction = internals.OutputTransaction(output.spark, output.storage_path())
-    if transaction.version != expected_version:
-        raise MergeRequired(
-            f"the output is at version {transaction.version}, not {expected_version} as when the "
-            "refresh began"
-        )
-    _require_properties(transaction)
-    # Read through the transaction so Delta fails the commit if another run of this refresh commits
-    # first, even one that changed no file (the version itself was checked against the log above).
-    transaction.read_transaction_version(app_id)
-    live = transaction.live_rows()
+    spark = output.spark
+    unavailable = engine_procedure.unavailable_reason(spark)
+    if unavailable is not None:
+        raise MergeRequired(unavailable)
+    live = output.read(expected_version).selectExpr(
+        "*", "_metadata.file_path AS _fkjoin_file", "_metadata.row_index AS _fkjoin_row"
+    )
     table_columns = [c for c in live.columns if c not in ("_fkjoin_file", "_fkjoin_row")]
     _require_columns(output, live, changes.frame, table_columns)
-    action_groups = []
+    views = _Views(spark)
+    token = None
     try:
-        if changes.keys:
-            located = _locate(transaction, live, changes, key)
-            if changes.updated or changes.deleted:
-                replaced = located.frame.where(F.col(CHANGE).isin("update", "delete"))
-                touched = transaction.rows_to_delete(replaced)
-                _prove(located.metrics(), changes.proof)
-                action_groups.append(transaction.deletion_vectors(touched))
-            else:
-                located.frame.count()
-                _prove(located.metrics(), changes.proof)
-        if changes.total:
-            action_groups.append(transaction.write_files(_rows_to_write(changes.frame, table_columns)))
-        layout = file_layout(transaction.files())
+        prepared = engine_procedure.call(
+            spark,
+            "prepare",
+            output=output.storage_path(),
+            expected_version=expected_version,
+            app_id=app_id,
+            seq=seq,
+            located=views.add("located", _located(live, changes, key)) if changes.keys else None,
+            replaced=bool(changes.updated or changes.deleted),
+            rows=views.add("rows", _rows_to_write(changes.frame, table_columns)) if changes.total else None,
+            proof=changes.proof.as_request() if changes.proof is not None else None,
+        )
+        if prepared["status"] == "merge_required":
+            raise MergeRequired(prepared["reason"])
+        token = prepared["token"]
+        layout = file_layout(prepared["files"])
         compact = layout["small_files"] >= COMPACT_SMALL_FILES or layout["files_over_ratio"] > 0
         phase("committing")
         counts = {"inserted": changes.inserted, "updated": changes.updated, "deleted": changes.deleted}
-        with metadata_settings(output.spark, with_row_counts(user_metadata, counts)):
-            return NetCommit(transaction.commit(action_groups, app_id, seq), compact)
+        with metadata_settings(spark, with_row_counts(user_metadata, counts)):
+            committed = engine_procedure.call(spark, "commit", token=token)
+        token = None
+        return NetCommit(int(committed["version"]), compact)
     except Exception as error:
         if internals.is_concurrent_modification(error):
             raise ConcurrentRefreshError(
@@ -221,38 +233,39 @@ def commit_net_changes(
                 "written. Retry: the retry continues from the versions the other refresh consumed."
             ) from None
         raise
+    finally:
+        if token is not None:
+            engine_procedure.call(spark, "abort", token=token)
+        views.drop()
 
 
-@dataclass(frozen=True)
-class _Located:
-    """The affected keys' rows in the output (key, ``_fkjoin_file``, ``_fkjoin_row``, change), with the
-    proof's counts and key-hash sums observed by whichever job reads them first."""
+class _Views:
+    """Temporary views that hand this refresh's frames to the JVM side, dropped when it is done."""
 
-    frame: DataFrame
-    observation: Observation
+    def __init__(self, spark: Any) -> None:
+        self.spark = spark
+        self.suffix = uuid.uuid4().hex[:12]
+        self.names: list[str] = []
 
-    def metrics(self) -> dict[str, Any] | None:
-        return internals.observation_metrics(self.observation)
+    def add(self, role: str, frame: DataFrame) -> str:
+        name = f"fkjoin_{role}_{self.suffix}"
+        frame.createOrReplaceTempView(name)
+        self.names.append(name)
+        return name
+
+    def drop(self) -> None:
+        for name in self.names:
+            self.spark.catalog.dropTempView(name)
 
 
-def _locate(
-    transaction: internals.OutputTransaction, live: DataFrame, changes: NetChanges, key: list[str]
-) -> _Located:
-    """The affected keys located in the output's key columns. The pass that locates the rows to delete
-    also gathers the proof (:func:`_prove`), checked before any deletion vector is written."""
+def _located(live: DataFrame, changes: NetChanges, key: list[str]) -> DataFrame:
+    """The affected keys located in the output's key columns (key hashes, ``_fkjoin_file``,
+    ``_fkjoin_row``, change, expected rows): the JVM side writes deletion vectors from it and checks
+    the proof (:class:`KeyProof`) on the same pass."""
     wanted = changes.frame.select(*key_hashes(key), CHANGE, EXPECTED)
-    observation = Observation()
-    located = (
-        live.select(*[quote(c) for c in key], "_fkjoin_file", "_fkjoin_row")
-        .join(maybe_broadcast(wanted, changes.keys), on=key, how="inner")
-        .observe(
-            observation,
-            F.count(F.lit(1)).alias("rows"),
-            F.count_if(F.col(EXPECTED) == 0).alias("unexpected"),
-            *[F.sum(F.col(h)).alias(h) for h in HASHES],
-        )
+    return live.select(*[quote(c) for c in key], "_fkjoin_file", "_fkjoin_row").join(
+        maybe_broadcast(wanted, changes.keys), on=key, how="inner"
     )
-    return _Located(located, observation)
 
 
 def _require_columns(
@@ -271,63 +284,29 @@ def _require_columns(
         )
 
 
-def _require_properties(transaction: internals.OutputTransaction) -> None:
-    """The output must keep a change feed and take deletion vectors, with nothing that a commit built
-    by hand would not maintain (row tracking, a commit coordinator); else MERGE writes the refresh."""
-    if (transaction.table_property("delta.enableChangeDataFeed") or "").lower() != "true":
-        raise MergeRequired("the output's change data feed is off (delta.enableChangeDataFeed)")
-    if (transaction.table_property("delta.enableDeletionVectors") or "").lower() != "true":
-        raise MergeRequired("the output does not take deletion vectors (delta.enableDeletionVectors)")
-    if (transaction.table_property("delta.enableRowTracking") or "").lower() == "true":
-        raise MergeRequired("the output tracks row lineage (delta.enableRowTracking)")
-    for name in (
-        "delta.coordinatedCommits.commitCoordinator-preview",
-        "delta.coordinatedCommits.commitCoordinator",
-    ):
-        if transaction.table_property(name):
-            raise MergeRequired(f"the output's commits are coordinated ({name})")
-
-
-def _prove(found: dict[str, Any] | None, proof: KeyProof | None) -> None:
-    """Every affected key is in the output as often as the inputs say: once if it had a previous row
-    (updated, deleted or unchanged), never if not (inserted). Checked on the counts and key-hash sums
-    observed while the output's keys were located: a missing key and a repeated one would have to
-    collide in two 64-bit hashes to pass. Raises :class:`MergeRequired` otherwise."""
-    if found is None or proof is None:
-        raise MergeRequired("the output's keys were not located (no observed metrics); MERGE writes it")
-    sums = tuple(found[h] or 0 for h in HASHES)
-    if found["unexpected"] or found["rows"] != proof.rows or sums != (proof.h1, proof.h2):
-        unexpected = int(found["unexpected"])
-        bad = unexpected + abs(proof.rows - (int(found["rows"]) - unexpected))
-        raise MergeRequired(
-            f"{bad or 'some'} affected key(s) are not in the output as the inputs' previous versions say; "
-            "the output holds something other than the last refresh's join"
-        )
-
-
 def file_layout(
-    files: list[dict[str, Any]], *, small_file_share: float | None = None, dv_min_rows: int | None = None
+    files: list[list[Any]], *, small_file_share: float | None = None, dv_min_rows: int | None = None
 ) -> dict[str, int]:
-    """How an output's files stand, from its ``AddFile`` actions (no Spark job): ``files``;
-    ``small_files``, under :data:`SMALL_FILE_BYTES` and under :data:`SMALL_FILE_SHARE` of the mean file
-    size; ``files_over_ratio``, files of at least :data:`DV_MIN_ROWS` rows whose deletion vectors hide
-    more than :data:`DELETED_ROWS_RATIO` of them. The keywords override those two thresholds.
+    """How an output's files stand, from the transaction's file list (``[size, rows or None, rows hidden
+    by deletion vectors]`` per file; no Spark job): ``files``; ``small_files``, under
+    :data:`SMALL_FILE_BYTES` and under :data:`SMALL_FILE_SHARE` of the mean file size;
+    ``files_over_ratio``, files of at least :data:`DV_MIN_ROWS` rows whose deletion vectors hide more
+    than :data:`DELETED_ROWS_RATIO` of them. The keywords override those two thresholds.
 
-    >>> file_layout([{"size": 10, "stats": '{"numRecords": 5}'}, {"size": 990}])
+    >>> file_layout([[10, 5, 0], [990, None, 0]])
     {'files': 2, 'small_files': 1, 'files_over_ratio': 0}
     """
     share = SMALL_FILE_SHARE if small_file_share is None else small_file_share
     min_rows = DV_MIN_ROWS if dv_min_rows is None else dv_min_rows
     if not files:
         return {"files": 0, "small_files": 0, "files_over_ratio": 0}
-    mean = sum(int(f["size"]) for f in files) / len(files)
-    small = sum(1 for f in files if f["size"] < SMALL_FILE_BYTES and f["size"] < share * mean)
-    over = 0
-    for f in files:
-        records = json.loads(f["stats"]).get("numRecords") if f.get("stats") else None
-        deleted = (f.get("deletionVector") or {}).get("cardinality") or 0
-        if records is not None and records >= min_rows and deleted > DELETED_ROWS_RATIO * records:
-            over += 1
+    mean = sum(int(size) for size, _, _ in files) / len(files)
+    small = sum(1 for size, _, _ in files if size < SMALL_FILE_BYTES and size < share * mean)
+    over = sum(
+        1
+        for _, records, deleted in files
+        if records is not None and records >= min_rows and deleted > DELETED_ROWS_RATIO * records
+    )
     return {"files": len(files), "small_files": small, "files_over_ratio": over}
 
 

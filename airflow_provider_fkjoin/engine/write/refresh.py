@@ -127,14 +127,14 @@ class RefreshContext:
 
     def direct_write_possible(self, *conditions: bool) -> bool:
         """Whether this refresh may commit its net changes without MERGE: the kind's ``conditions``
-        hold, MERGE was not asked for, the output has a known latest version, the owner need not be
-        claimed first, and the session is classic Spark (the commit is built through py4j)."""
+        hold, MERGE was not asked for, the output has a known latest version and the owner need not be
+        claimed first. (A session without the engine's jar is found out by the commit, which then
+        falls back to MERGE with a warning.)"""
         return (
             all(conditions)
             and self.write_path != "merge"
             and self.log.latest_version is not None
             and not self.ownership.claim
-            and getattr(self.output.spark, "_jvm", None) is not None
         )
 
     def commit_net_changes(

@@ -1,0 +1,143 @@
+"""Benchmark: a small foreign-key refresh over a warm Spark Connect server, and the server's memory.
+
+The ``fixed_cost`` workload (1,000 orders x 100 customers, one order and one customer updated per
+refresh, 11 output rows change) run as a Spark Connect client of ``fkjoin connect-server``: each refresh
+with the engine's net-change commit (its stored procedure in the server's JVM), then the same refreshes
+of a second output written with Delta's MERGE (``write_path="merge"``), as a server without the engine's
+jar would. Then ``--memory-refreshes`` more refreshes, with the server JVM's heap after a full GC
+(``jcmd GC.run``, ``GC.heap_info``) and its resident memory measured after the first and after the last.
+
+    python -m bench.connect_refresh --repeat 5 --memory-refreshes 100 \\
+        --json-out bench/results/connect_refresh.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.airflow_modes import start_connect_server
+from bench.common import DATA_DIR, add_common, command_line, json_out, median, timed, write_report
+
+PORT = 15097
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench.connect_refresh", description=__doc__.split("\n\n")[0])
+    add_common(p, DATA_DIR / "connect_refresh", repeat=5)
+    p.add_argument("--warmup", type=int, default=3, help="untimed refreshes of each write path first")
+    p.add_argument("--memory-refreshes", type=int, default=100, help="refreshes between the memory readings")
+    args = p.parse_args(argv)
+    args.json_out = json_out(args.json_out, "connect_refresh")
+    return args
+
+
+def server_jvm(port: int) -> int:
+    """The process id of the Connect server's JVM (``jcmd -l`` names its main class and arguments)."""
+    listing = subprocess.run(["jcmd", "-l"], capture_output=True, text=True, check=True).stdout
+    for line in listing.splitlines():
+        if "SparkConnectServer" in line or "spark-internal" in line:
+            return int(line.split()[0])
+    raise SystemExit(f"no Spark Connect server JVM in jcmd -l:\n{listing}")
+
+
+def memory(pid: int) -> dict[str, float]:
+    """The JVM's heap in use after a full GC, and its resident set, in MB."""
+    subprocess.run(["jcmd", str(pid), "GC.run"], capture_output=True, check=True)
+    info = subprocess.run(
+        ["jcmd", str(pid), "GC.heap_info"], capture_output=True, text=True, check=True
+    ).stdout
+    used = re.search(r"total \d+K, used (\d+)K", info)
+    status = Path(f"/proc/{pid}/status").read_text()
+    rss = re.search(r"VmRSS:\s+(\d+) kB", status)
+    return {
+        "heap_used_mb": round(int(used.group(1)) / 1024, 1) if used else -1.0,
+        "rss_mb": round(int(rss.group(1)) / 1024, 1) if rss else -1.0,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    from airflow_provider_fkjoin.engine import get_spark, run_spec
+
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    server = start_connect_server(args.workdir, PORT)
+    try:
+        spark = get_spark(f"sc://127.0.0.1:{PORT}")
+        pid = server_jvm(PORT)
+        orders, customers = (str(args.workdir / n) for n in ("orders", "customers"))
+        options = "TBLPROPERTIES (delta.enableChangeDataFeed = true, delta.enableDeletionVectors = true)"
+        for path, query in (
+            (customers, "SELECT id AS customer_id, concat('c', id) AS name FROM range(100)"),
+            (orders, "SELECT id AS order_id, id % 100 AS customer_id, id * 1.5 AS amount FROM range(1000)"),
+        ):
+            spark.sql(f"CREATE OR REPLACE TABLE delta.`{path}` USING delta {options} AS {query}")
+
+        def spec(output: str) -> dict[str, Any]:
+            return {
+                "kind": "foreign_key_join",
+                "left": {"path": orders, "key": ["order_id"]},
+                "right": {"path": customers, "key": ["customer_id"]},
+                "foreign_key": ["customer_id"],
+                "how": "left",
+                "output": {"path": str(args.workdir / output)},
+            }
+
+        counter = iter(range(1_000_000))
+
+        def change() -> None:
+            index = next(counter)
+            spark.sql(f"UPDATE delta.`{orders}` SET amount = amount + 1 WHERE order_id = {index % 1000}")
+            spark.sql(
+                f"UPDATE delta.`{customers}` SET name = concat(name, 'x') WHERE customer_id = {index % 100}"
+            )
+
+        report: dict[str, Any] = {"command": command_line("bench.connect_refresh"), "paths": {}}
+        for write_path, output in (("auto", "out_net"), ("merge", "out_merge")):
+            the_spec = spec(output)
+            run_spec(the_spec, spark=spark, write_path=write_path)
+            runs = []
+            for index in range(args.warmup + args.repeat):
+                change()
+                wall, result = timed(lambda s=the_spec, w=write_path: run_spec(s, spark=spark, write_path=w))
+                assert result["mode"] == "incremental", result
+                print(
+                    f"[connect_refresh] {write_path} #{index + 1}: {wall:.2f}s {result['write_path']}",
+                    flush=True,
+                )
+                if index >= args.warmup:
+                    runs.append({"wall_s": round(wall, 3), "write_path": result["write_path"],
+                                 "phases": result.get("phases"), "rows": result["rows"]})  # fmt: skip
+            report["paths"][write_path] = {"runs": runs, "median_s": median([r["wall_s"] for r in runs])}
+
+        the_spec = spec("out_net")
+        first = memory(pid)
+        started = time.monotonic()
+        for _ in range(args.memory_refreshes):
+            change()
+            run_spec(the_spec, spark=spark)
+        last = memory(pid)
+        report["memory"] = {
+            "refreshes": args.memory_refreshes,
+            "seconds": round(time.monotonic() - started, 1),
+            "after_first": first,
+            "after_last": last,
+            "heap_ratio": round(last["heap_used_mb"] / first["heap_used_mb"], 3),
+            "rss_ratio": round(last["rss_mb"] / first["rss_mb"], 3),
+        }
+        write_report(report, args.json_out)
+    finally:
+        import os
+        import signal
+
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=60)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
