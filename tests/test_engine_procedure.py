@@ -194,6 +194,23 @@ def test_a_request_the_jvm_side_does_not_understand_is_refused(spark, request_, 
         spark.sql(f"CALL {engine_procedure.CATALOG}.system.net_change(request => '{literal}')").collect()
 
 
+def test_a_request_reaches_the_jvm_side_unaltered_whatever_the_session_parses(spark) -> None:
+    """Quotes, backslashes, ``${...}`` and non-ASCII text arrive as sent, even in a session that reads string
+    literals raw and substitutes variables (a string literal in the SQL text would be altered)."""
+    field = "a'b\\c \"${fkjoin.probe.variable}\" é"
+    settings = {"spark.sql.parser.escapedStringLiterals": "true", "fkjoin.probe.variable": "substituted"}
+    previous = {key: spark.conf.get(key, None) for key in settings}
+    for key, value in settings.items():
+        spark.conf.set(key, value)
+    try:
+        with pytest.raises(Exception) as refused:
+            engine_procedure.call(spark, "commit", token="t", **{field: 1})
+    finally:
+        for key, value in previous.items():
+            spark.conf.unset(key) if value is None else spark.conf.set(key, value)
+    assert f"field '{field}' is not part of" in str(refused.value), str(refused.value)[:500]
+
+
 def test_a_session_without_the_engine_jar_is_told_so(spark, monkeypatch) -> None:
     monkeypatch.setattr(engine_procedure, "CATALOG", "fkjoin_probe_missing")
     monkeypatch.setattr(engine_procedure, "CATALOG_CLASS", "io.github.fkjoin.engine.NoSuchCatalog")

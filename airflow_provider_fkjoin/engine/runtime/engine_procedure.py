@@ -72,16 +72,21 @@ class EngineProcedureError(RuntimeError):
 def call(spark: SparkSession, action: str, **fields: Any) -> dict[str, Any]:
     """Run one request (``action`` and its ``fields``) and return the JVM side's answer.
 
-    The request travels as a SQL string literal, so it is JSON-encoded and its quotes and backslashes
-    escaped; it never holds row values, only table locations, view names, versions and counts.
+    The request travels in the SQL text as a hex literal decoded on the server (``decode(unhex('7b22...'),
+    'UTF-8')``): a string literal would be altered by a session that sets
+    ``spark.sql.parser.escapedStringLiterals`` or substitutes ``${...}`` variables, and Spark 4.2 does not
+    bind parameter markers inside ``CALL``. It never holds row values, only table locations, view names,
+    versions and counts.
 
     >>> call(spark, "abort", token="0b6d...")
     {'protocol': 1, 'status': 'aborted'}
     """
     _register(spark)
     request = json.dumps({"protocol": PROTOCOL, "action": action, **fields}, separators=(",", ":"))
-    literal = request.replace("\\", "\\\\").replace("'", "\\'")
-    rows = spark.sql(f"CALL {CATALOG}.system.net_change(request => '{literal}')").collect()
+    encoded = request.encode("utf-8").hex()
+    rows = spark.sql(
+        f"CALL {CATALOG}.system.net_change(request => decode(unhex('{encoded}'), 'UTF-8'))"
+    ).collect()
     if len(rows) != 1:
         raise EngineProcedureError(f"net_change {action}: expected one answer row, got {len(rows)}")
     answer = json.loads(rows[0][0])
