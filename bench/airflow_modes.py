@@ -99,11 +99,17 @@ def spec(warehouse: Path) -> dict[str, Any]:
     }
 
 
-def start_connect_server(workdir: Path, port: int) -> subprocess.Popen[bytes]:
+def start_connect_server(
+    workdir: Path, port: int, conf: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    """``fkjoin connect-server`` on ``port`` (local[2], 2 GB, 2 shuffle partitions; ``conf`` adds to or
+    overrides them), once its port accepts connections."""
     log = (workdir / "connect-server.log").open("wb")
-    argv = [sys.executable, "-m", "airflow_provider_fkjoin.cli", "--master", "local[2]",
-            "--conf", "spark.sql.shuffle.partitions=2", "--conf", "spark.driver.memory=2g",
-            "connect-server", "--port", str(port)]  # fmt: skip
+    settings = {"spark.sql.shuffle.partitions": "2", "spark.driver.memory": "2g", **(conf or {})}
+    argv = [sys.executable, "-m", "airflow_provider_fkjoin.cli", "--master", "local[2]"]
+    for key, value in settings.items():
+        argv += ["--conf", f"{key}={value}"]
+    argv += ["connect-server", "--port", str(port)]
     server = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=workdir)
     deadline = time.monotonic() + 120
     while True:

@@ -101,10 +101,15 @@ def command_line(module: str) -> str:
 
 def spark_session(master: str, conf: dict[str, str] | None = None):
     """The engine's SparkSession for a benchmark: :data:`SPARK_CONF` plus ``conf``, Spark's log at ERROR.
-    ``spark.driver.memory`` applies only to a new JVM: run each benchmark in a fresh process."""
+    ``spark.driver.memory`` applies only to a new JVM: run each benchmark in a fresh process. A ``sc://``
+    master is a Spark Connect client session (the server's driver memory is set where it starts)."""
     from airflow_provider_fkjoin.engine import get_spark
 
-    spark = get_spark(master, {**SPARK_CONF, **(conf or {})})
+    settings = {**SPARK_CONF, **(conf or {})}
+    if master.startswith("sc://"):  # a Spark Connect server: its memory and log level are its own
+        settings.pop("spark.driver.memory", None)
+        return get_spark(master, settings)
+    spark = get_spark(master, settings)
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 
@@ -204,6 +209,22 @@ def phases_seen(tee: PhaseTee) -> Iterator[list[tuple[str, float]]]:
 
 # --------------------------------------------------------------------------------------------------------
 # Spark's SQL executions (the status store behind the UI's SQL tab)
+
+
+def same_table(spark, output: str, recompute: str) -> bool:
+    """Whether the engine's ``output`` holds the rows of the ``recompute`` table (their shared columns):
+    the row count and an order-free sum of every row's hash, one scan of each. Untimed; printed loudly
+    when they differ, so a benchmark that measured a wrong refresh says so in its report."""
+    frames = [spark.read.format("delta").load(path) for path in (output, recompute)]
+    columns = [name for name in frames[1].columns if name in frames[0].columns]
+    hashed = ", ".join(f"`{name}`" for name in columns)
+    digests = [
+        tuple(frame.selectExpr("count(*)", f"sum(CAST(xxhash64({hashed}) AS DECIMAL(38, 0)))").first())
+        for frame in frames
+    ]
+    if digests[0] != digests[1]:
+        print(f"!!! {output} differs from the recompute {recompute}: {digests}", flush=True)
+    return digests[0] == digests[1]
 
 
 def settled_executions(spark) -> tuple[int, list]:

@@ -14,9 +14,11 @@ jar would. Then ``--memory-refreshes`` more refreshes, with the server JVM's hea
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import subprocess
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +26,7 @@ from bench.airflow_modes import start_connect_server
 from bench.common import DATA_DIR, add_common, command_line, json_out, median, timed, write_report
 
 PORT = 15097
+UI_PORT = 15098
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -45,6 +48,22 @@ def server_jvm(port: int) -> int:
     raise SystemExit(f"no Spark Connect server JVM in jcmd -l:\n{listing}")
 
 
+def server_jobs(after: int) -> list[dict[str, Any]]:
+    """The server's Spark jobs with an id above ``after`` (its UI's REST API), oldest first."""
+    base = f"http://127.0.0.1:{UI_PORT}/api/v1/applications"
+    with urllib.request.urlopen(base, timeout=30) as answer:
+        app = json.load(answer)[0]["id"]
+    with urllib.request.urlopen(f"{base}/{app}/jobs", timeout=30) as answer:
+        jobs = json.load(answer)
+    return sorted((job for job in jobs if job["jobId"] > after), key=lambda job: job["jobId"])
+
+
+def job_counts(jobs: list[dict[str, Any]]) -> dict[str, int]:
+    """How many jobs, and how many rebuilt a Delta table's state (Delta's "Compute snapshot" jobs)."""
+    state = [job for job in jobs if "snapshot" in f"{job.get('name')} {job.get('description')}".lower()]
+    return {"jobs": len(jobs), "state_jobs": len(state)}
+
+
 def memory(pid: int) -> dict[str, float]:
     """The JVM's heap in use after a full GC, and its resident set, in MB."""
     subprocess.run(["jcmd", str(pid), "GC.run"], capture_output=True, check=True)
@@ -60,12 +79,27 @@ def memory(pid: int) -> dict[str, float]:
     }
 
 
+def verify(spark: Any, orders: str, customers: str, output: str) -> bool:
+    """The output equals the join recomputed from the inputs' current versions (both set differences
+    empty); raises otherwise."""
+    recompute = (
+        f"SELECT o.order_id, o.customer_id, o.amount, c.name FROM delta.`{orders}` o "
+        f"LEFT JOIN delta.`{customers}` c ON o.customer_id = c.customer_id"
+    )
+    current = f"SELECT order_id, customer_id, amount, name FROM delta.`{output}`"
+    for left, right in ((recompute, current), (current, recompute)):
+        extra = spark.sql(f"SELECT count(*) AS n FROM ({left} EXCEPT ALL {right})").first()["n"]
+        if extra:
+            raise SystemExit(f"{output} differs from the recomputed join ({extra} rows)")
+    return True
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from airflow_provider_fkjoin.engine import get_spark, run_spec
 
     args.workdir.mkdir(parents=True, exist_ok=True)
-    server = start_connect_server(args.workdir, PORT)
+    server = start_connect_server(args.workdir, PORT, {"spark.ui.port": str(UI_PORT)})
     try:
         spark = get_spark(f"sc://127.0.0.1:{PORT}")
         pid = server_jvm(PORT)
@@ -103,15 +137,20 @@ def main(argv: list[str] | None = None) -> int:
             runs = []
             for index in range(args.warmup + args.repeat):
                 change()
+                before = (server_jobs(-1) or [{"jobId": -1}])[-1]["jobId"]
                 wall, result = timed(lambda s=the_spec, w=write_path: run_spec(s, spark=spark, write_path=w))
+                counts = job_counts(server_jobs(before))
                 assert result["mode"] == "incremental", result
                 print(
-                    f"[connect_refresh] {write_path} #{index + 1}: {wall:.2f}s {result['write_path']}",
+                    f"[connect_refresh] {write_path} #{index + 1}: {wall:.2f}s {result['write_path']} "
+                    f"{counts['jobs']} jobs ({counts['state_jobs']} table-state rebuilds)",
                     flush=True,
                 )
                 if index >= args.warmup:
-                    runs.append({"wall_s": round(wall, 3), "write_path": result["write_path"],
-                                 "phases": result.get("phases"), "rows": result["rows"]})  # fmt: skip
+                    runs.append(
+                        {"wall_s": round(wall, 3), "write_path": result["write_path"],
+                         "phases": result.get("phases"), "rows": result["rows"], **counts}
+                    )  # fmt: skip
             report["paths"][write_path] = {"runs": runs, "median_s": median([r["wall_s"] for r in runs])}
 
         the_spec = spec("out_net")
@@ -129,6 +168,8 @@ def main(argv: list[str] | None = None) -> int:
             "heap_ratio": round(last["heap_used_mb"] / first["heap_used_mb"], 3),
             "rss_ratio": round(last["rss_mb"] / first["rss_mb"], 3),
         }
+        report["verified"] = {output: verify(spark, orders, customers, str(args.workdir / output))
+                              for output in ("out_net", "out_merge")}  # fmt: skip
         write_report(report, args.json_out)
     finally:
         import os

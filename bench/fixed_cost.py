@@ -27,6 +27,7 @@ from bench.common import (
     is_top_level,
     json_out,
     median,
+    same_table,
     settled_executions,
     timed,
     timings,
@@ -141,6 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     walls = [r["wall_s"] for r in refreshes]
     report = {
         "command": command_line("bench.fixed_cost"),
+        "verified": same_table(spark, out, str(args.workdir / "recompute")),
         "warmup_wall_s": warmups,
         "refreshes": refreshes,
         "refresh_median_s": median(walls),

@@ -607,11 +607,10 @@ def machine_info(spark) -> dict:
 
         info["delta_spark_python"] = version("delta-spark")
         info["pyspark"] = version("pyspark")
-    jars = spark.sparkContext.getConf().get("spark.jars", "") or ""
+    jars = spark.conf.get("spark.jars", "") or ""
     info["delta_jars"] = sorted({Path(j).name for j in jars.split(",") if "delta-spark" in j})
-    conf = spark.sparkContext.getConf()
     info["spark_conf"] = {
-        k: conf.get(k)
+        k: spark.conf.get(k, None)
         for k in (
             "spark.master",
             "spark.driver.memory",

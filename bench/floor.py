@@ -33,6 +33,7 @@ from bench.common import (
     command_line,
     json_out,
     median,
+    same_table,
     write_report,
 )
 
@@ -287,6 +288,7 @@ def main(argv: list[str] | None = None) -> int:
         "full recompute": recompute,
     }
     results: dict[str, list[dict]] = {name: [] for name in candidates}
+    results_verified: list[bool] = []  # each round: the engine's output equals the recompute's
     for index in range(args.warmup + args.repeat):
         versions = change_inputs(index)
         for name in candidates:
@@ -295,6 +297,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[floor] #{index + 1} ({label}) {name}: {measured}", flush=True)
             if index >= args.warmup:
                 results[name].append(measured)
+        results_verified.append(
+            same_table(spark, paths("engine refresh")["out"], paths("full recompute")["out"])
+        )
     report = {
         "command": command_line("bench.floor"),
         "left_rows": args.left_rows,
@@ -305,6 +310,7 @@ def main(argv: list[str] | None = None) -> int:
         "data": args.data,
         "median_wall_s": {name: median(r["wall_s"] for r in runs) for name, runs in results.items()},
         "runs": results,
+        "engine_equals_recompute": results_verified,
     }
     write_report(report, args.json_out)
     return 0

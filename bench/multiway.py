@@ -28,6 +28,7 @@ from bench.common import (
     command_line,
     parse_with_common,
     phases_seen,
+    same_table,
     trace_phases,
     write_report,
 )
@@ -162,7 +163,9 @@ def main(argv: list[str] | None = None) -> int:
             previous = at
         recompute_s = recompute()
         counts = {k: result["rows"][k] for k in ("inserted", "updated", "deleted", "join_keys_affected")}
-        rounds.append({"refresh_s": refresh_s, "recompute_s": recompute_s, "phases": phases, "rows": counts})
+        verified = same_table(spark, paths["out"], paths["baseline"])
+        rounds.append({"refresh_s": refresh_s, "recompute_s": recompute_s, "phases": phases, "rows": counts,
+                       "verified": verified})  # fmt: skip
         print(
             f"[multiway] round {index + 1}: refresh {refresh_s}s {phases}, recompute {recompute_s}s {counts}"
         )
