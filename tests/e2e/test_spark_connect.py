@@ -10,6 +10,9 @@ connect-server``: pyspark's own Connect server with Delta's jars; no Delta Conne
   ``rand()`` refused by the Connect reading of expressions), all with their result or error class.
 * ``on_kill`` during a refresh: the server-side operations are interrupted, the client ends, nothing is
   committed, and the session is released on the server.
+* The client SIGKILLed at every traced phase of an incremental refresh (as ``test_fk_crash`` does under
+  spark-submit): old state or new, and a retry that lands exactly one commit; killed at ``committed`` (the
+  commit landed, its answer was lost), the retry finds the commit and writes nothing.
 
 The engine runs over Connect only in child processes: a Connect session switches PySpark's functions to
 Connect mode for the whole process, and this one holds the classic test session.
@@ -18,6 +21,7 @@ Connect mode for the whole process, and this one holds the classic test session.
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import threading
@@ -32,13 +36,22 @@ from helpers import (
     CUSTOMERS,
     ORDERS,
     append_rows,
+    assert_clean_changes,
+    assert_same_rows,
     create_table,
     delete_keys,
     oracle,
     output_state,
+    read_rows,
+    table_version,
     upsert,
     write,
 )
+from test_fk_crash import KEY as CRASH_KEY
+from test_fk_crash import PHASE_ORDER as CRASH_PHASES
+from test_fk_crash import oracle as crash_oracle
+from test_fk_crash import prepare as crash_inputs
+from test_fk_crash import same as same_rows
 
 from airflow_provider_fkjoin.engine import run_spec
 
@@ -454,3 +467,73 @@ def test_a_connect_server_without_the_engine_jar_still_refreshes_through_merge(
     assert (second["mode"], second["write_path"]) == ("incremental", "merge"), second
     assert any("no engine jar" in warning for warning in second["warnings"]), second["warnings"]
     assert output_state(spark, tmp_path / "out") == oracle(spark, second, "left")
+
+
+# -- kills at every phase, and the retry after a lost answer ----------------------------------------------
+@pytest.mark.parametrize("phase", CRASH_PHASES)
+def test_a_connect_client_killed_at_each_phase_leaves_old_or_new_and_the_retry_lands_once(
+    spark: Any, spark_connect_server: Any, tmp_path: Path, phase: str
+) -> None:
+    """The refresh's Connect client (the ``fkjoin`` CLI as the hook runs it) is SIGKILLed the moment it
+    traces ``phase``, as a worker dies, then its session is interrupted and released as ``on_kill`` does.
+    The output is the old state or the new one, never a mix; nothing commits before ``committing``; at
+    ``committed`` the commit landed and its answer was lost, so the retry must find it (the refresh's
+    transaction id) and write nothing. The retry, over Connect, reaches the new state: the killed refresh
+    and the retry land exactly one clean commit between them."""
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+    from airflow_provider_fkjoin.hooks.connect import SparkConnectRun
+
+    spec, spec_path = crash_inputs(spark, tmp_path, first_run=False)
+    out = spec["output"]["path"]
+    base_version = table_version(spark, out)
+    old_rows = read_rows(spark, out)
+    versions = table_version(spark, spec["left"]["path"]), table_version(spark, spec["right"]["path"])
+    new_rows = crash_oracle(spark, spec, *versions)
+    assert not same_rows(old_rows, new_rows), "the changes must change the output, or the test proves nothing"
+
+    client = SparkConnectRun(spark_connect_server.url, env_vars={"FKJOIN_TRACE": "1"})
+    traced: list[str] = []
+
+    def on_line(line: str) -> None:
+        if line.startswith("FKJOIN_PHASE ") and traced[-1:] != [phase]:
+            traced.append(line.split()[1])
+            if traced[-1] == phase and client._process is not None:
+                client._process.kill()
+
+    returncode = client.run(["run", str(spec_path)], on_line)
+    assert traced == CRASH_PHASES[: CRASH_PHASES.index(phase) + 1], traced
+    assert returncode == -signal.SIGKILL, returncode
+    client.on_kill()
+
+    def session_released() -> bool:
+        session = ConnectSession.builder.remote(client.url).create()
+        try:
+            session.sql("SELECT 1").collect()
+        except Exception as error:  # the server's answer for a released session
+            return "SESSION_CLOSED" in str(error) or "INVALID_HANDLE" in str(error)
+        return False
+
+    wait_for(session_released, timeout_s=60, what="the server to release the killed client's session")
+    version = table_version(spark, out)
+    if phase == "committed":
+        assert version == base_version + 1, "the refresh committed before tracing 'committed'"
+    elif phase != "committing":
+        assert version == base_version, f"nothing may be committed before 'committing' (killed at {phase})"
+    assert version in (base_version, base_version + 1), (base_version, version)
+    assert same_rows(read_rows(spark, out, version), old_rows if version == base_version else new_rows)
+
+    retry = run_over_connect(spark_connect_server.url, json.loads(spec_path.read_text()))
+    landed = table_version(spark, out)
+    # a commit sent just before the kill at 'committing' may land after the check above: the retry then
+    # finds it as surely as one that landed before
+    assert landed == base_version + 1 == retry["output"]["version"], (base_version, landed, retry)
+    if phase == "committed":
+        assert retry["mode"] == "noop", retry
+    elif phase == "committing":
+        assert retry["mode"] in ("noop", "incremental"), retry
+    else:
+        assert (retry["mode"], retry["write_path"]) == ("incremental", "net_changes"), retry
+    assert (retry["inputs"]["left"]["to_version"], retry["inputs"]["right"]["to_version"]) == versions
+    assert_same_rows(read_rows(spark, out), new_rows, CRASH_KEY)
+    assert_clean_changes(spark, out, CRASH_KEY, base_version, base_version + 1, before_rows=old_rows)
