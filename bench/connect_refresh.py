@@ -39,23 +39,39 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def server_jvm(port: int) -> int:
-    """The process id of the Connect server's JVM (``jcmd -l`` names its main class and arguments)."""
-    listing = subprocess.run(["jcmd", "-l"], capture_output=True, text=True, check=True).stdout
-    for line in listing.splitlines():
-        if "SparkConnectServer" in line or "spark-internal" in line:
-            return int(line.split()[0])
-    raise SystemExit(f"no Spark Connect server JVM in jcmd -l:\n{listing}")
+def server_jvm(group: int) -> int:
+    """The process id of the Connect server's JVM: the ``java`` process in the server's process group."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)
+            command, (_state, _parent, process_group) = fields[0].split("(", 1)[1], fields[1].split()[:3]
+        except (OSError, IndexError, ValueError):
+            continue
+        if command == "java" and int(process_group) == group:
+            return int(stat.parent.name)
+    raise SystemExit(f"no Spark Connect server JVM in process group {group}")
 
 
-def server_jobs(after: int) -> list[dict[str, Any]]:
-    """The server's Spark jobs with an id above ``after`` (its UI's REST API), oldest first."""
+def server_jobs(tag: str) -> list[dict[str, Any]]:
+    """The server's Spark jobs of the operations the client ran under ``tag`` (its UI's REST API), once
+    the UI's list has caught up: read until two reads agree and none of them is still running."""
     base = f"http://127.0.0.1:{UI_PORT}/api/v1/applications"
-    with urllib.request.urlopen(base, timeout=30) as answer:
-        app = json.load(answer)[0]["id"]
-    with urllib.request.urlopen(f"{base}/{app}/jobs", timeout=30) as answer:
-        jobs = json.load(answer)
-    return sorted((job for job in jobs if job["jobId"] > after), key=lambda job: job["jobId"])
+
+    def read() -> list[dict[str, Any]]:
+        with urllib.request.urlopen(base, timeout=30) as answer:
+            app = json.load(answer)[0]["id"]
+        with urllib.request.urlopen(f"{base}/{app}/jobs", timeout=30) as answer:
+            jobs = json.load(answer)
+        return [job for job in jobs if any(t.endswith(f"_Tag_{tag}") for t in job.get("jobTags", []))]
+
+    previous = read()
+    while True:
+        time.sleep(0.2)
+        current = read()
+        settled = all(job["status"] != "RUNNING" for job in current)
+        if settled and [j["jobId"] for j in current] == [j["jobId"] for j in previous]:
+            return current
+        previous = current
 
 
 def job_counts(jobs: list[dict[str, Any]]) -> dict[str, int]:
@@ -99,10 +115,12 @@ def main(argv: list[str] | None = None) -> int:
     from airflow_provider_fkjoin.engine import get_spark, run_spec
 
     args.workdir.mkdir(parents=True, exist_ok=True)
-    server = start_connect_server(args.workdir, PORT, {"spark.ui.port": str(UI_PORT)})
+    server = start_connect_server(
+        args.workdir, PORT, {"spark.ui.enabled": "true", "spark.ui.port": str(UI_PORT)}
+    )
     try:
         spark = get_spark(f"sc://127.0.0.1:{PORT}")
-        pid = server_jvm(PORT)
+        pid = server_jvm(server.pid)
         orders, customers = (str(args.workdir / n) for n in ("orders", "customers"))
         options = "TBLPROPERTIES (delta.enableChangeDataFeed = true, delta.enableDeletionVectors = true)"
         for path, query in (
@@ -130,17 +148,24 @@ def main(argv: list[str] | None = None) -> int:
                 f"UPDATE delta.`{customers}` SET name = concat(name, 'x') WHERE customer_id = {index % 100}"
             )
 
-        report: dict[str, Any] = {"command": command_line("bench.connect_refresh"), "paths": {}}
+        report: dict[str, Any] = {
+            "command": command_line("bench.connect_refresh"),
+            "paths": {},
+            "verified": {},
+        }
         for write_path, output in (("auto", "out_net"), ("merge", "out_merge")):
             the_spec = spec(output)
             run_spec(the_spec, spark=spark, write_path=write_path)
             runs = []
             for index in range(args.warmup + args.repeat):
                 change()
-                before = (server_jobs(-1) or [{"jobId": -1}])[-1]["jobId"]
+                tag = f"refresh_{write_path}_{index}"
+                spark.addTag(tag)
                 wall, result = timed(lambda s=the_spec, w=write_path: run_spec(s, spark=spark, write_path=w))
-                counts = job_counts(server_jobs(before))
-                assert result["mode"] == "incremental", result
+                spark.removeTag(tag)
+                counts = job_counts(server_jobs(tag))
+                expected = "merge" if write_path == "merge" else "net_changes"
+                assert (result["mode"], result["write_path"]) == ("incremental", expected), result
                 print(
                     f"[connect_refresh] {write_path} #{index + 1}: {wall:.2f}s {result['write_path']} "
                     f"{counts['jobs']} jobs ({counts['state_jobs']} table-state rebuilds)",
@@ -152,6 +177,8 @@ def main(argv: list[str] | None = None) -> int:
                          "phases": result.get("phases"), "rows": result["rows"], **counts}
                     )  # fmt: skip
             report["paths"][write_path] = {"runs": runs, "median_s": median([r["wall_s"] for r in runs])}
+            # checked now: the memory refreshes below move the inputs on and refresh only out_net
+            report["verified"][output] = verify(spark, orders, customers, str(args.workdir / output))
 
         the_spec = spec("out_net")
         first = memory(pid)
@@ -168,8 +195,9 @@ def main(argv: list[str] | None = None) -> int:
             "heap_ratio": round(last["heap_used_mb"] / first["heap_used_mb"], 3),
             "rss_ratio": round(last["rss_mb"] / first["rss_mb"], 3),
         }
-        report["verified"] = {output: verify(spark, orders, customers, str(args.workdir / output))
-                              for output in ("out_net", "out_merge")}  # fmt: skip
+        report["verified"]["out_net after the memory refreshes"] = verify(
+            spark, orders, customers, str(args.workdir / "out_net")
+        )
         write_report(report, args.json_out)
     finally:
         import os
