@@ -212,12 +212,16 @@ def phases_seen(tee: PhaseTee) -> Iterator[list[tuple[str, float]]]:
 
 
 def same_table(spark, output: str, recompute: str) -> bool:
-    """Whether the engine's ``output`` holds the rows of the ``recompute`` table (their shared columns):
+    """Whether the engine's ``output`` holds the rows of the ``recompute`` table (in the recompute's columns):
     the row count and an order-free sum of every row's hash, one scan of each. Untimed; printed loudly
     when they differ, so a benchmark that measured a wrong refresh says so in its report."""
     frames = [spark.read.format("delta").load(path) for path in (output, recompute)]
-    columns = [name for name in frames[1].columns if name in frames[0].columns]
-    hashed = ", ".join(f"`{name}`" for name in columns)
+    missing = [name for name in frames[1].columns if name not in frames[0].columns]
+    if missing or not frames[1].columns:
+        print(f"!!! {output} lacks the recompute's columns {missing}", flush=True)
+        return False
+    # each value with its null flag: xxhash64 skips nulls, so (NULL, 'x') and ('x', NULL) would agree
+    hashed = ", ".join(f"`{name}`, isnull(`{name}`)" for name in frames[1].columns)
     digests = [
         tuple(frame.selectExpr("count(*)", f"sum(CAST(xxhash64({hashed}) AS DECIMAL(38, 0)))").first())
         for frame in frames

@@ -712,6 +712,8 @@ def targets(rows: list[dict]) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.event_log and args.master.startswith("sc://"):
+        raise SystemExit("--event-log needs a classic session: a Spark Connect server's event log is its own")
     args.workdir = args.workdir.resolve()
     args.workdir.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)

@@ -31,6 +31,7 @@ sends the kind back to MERGE, which does not rely on the invariant.
 
 from __future__ import annotations
 
+import logging
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -47,6 +48,8 @@ from ..core.trace import phase
 from ..delta.changes import maybe_broadcast
 from ..delta.tables import DeltaHandle, values_equal
 from ..runtime import engine_procedure, internals
+
+log = logging.getLogger(__name__)
 
 #: Compaction thresholds: a refresh compacts its output when ``COMPACT_SMALL_FILES`` files are small
 #: (under ``SMALL_FILE_BYTES`` and under ``SMALL_FILE_SHARE`` of the table's mean file size: each refresh
@@ -234,9 +237,13 @@ def commit_net_changes(
             ) from None
         raise
     finally:
-        if token is not None:
-            engine_procedure.call(spark, "abort", token=token)
-        views.drop()
+        try:
+            if token is not None:
+                engine_procedure.call(spark, "abort", token=token)
+        except Exception as error:  # the refresh's own error matters; the JVM side drops it in time
+            log.warning("output %s: aborting the prepared commit failed: %s", output.location, error)
+        finally:
+            views.drop()
 
 
 class _Views:
@@ -254,8 +261,13 @@ class _Views:
         return name
 
     def drop(self) -> None:
+        """Drop every view, each on its own: one that cannot be dropped (a lost connection) leaves the
+        others to go, and never hides the refresh's own outcome."""
         for name in self.names:
-            self.spark.catalog.dropTempView(name)
+            try:
+                self.spark.catalog.dropTempView(name)
+            except Exception as error:
+                log.warning("could not drop the temporary view %s: %s", name, error)
 
 
 def _located(live: DataFrame, changes: NetChanges, key: list[str]) -> DataFrame:

@@ -154,7 +154,7 @@ class RefreshContext:
                 expected_version=self.log.latest_version,
             )
         except MergeRequired as reason:
-            self.warnings.append(f"the refresh was written by MERGE: {reason}")
+            self.warnings.append(f"output {self.output.location}: the refresh was written by MERGE: {reason}")
             return None
         compacted = False
         if committed.compact:

@@ -69,11 +69,21 @@ public final class NetChangeCommit {
   static final String CHANGE = "_fkjoin_change";
   static final String EXPECTED = "_fkjoin_expected";
   static final String[] HASHES = {"_fkjoin_h1", "_fkjoin_h2"};
-  /** Prepared transactions older than this are dropped (their client is gone). */
-  static final long PREPARED_TTL_MS = 6 * 3600 * 1000L;
+  /**
+   * Prepared transactions older than this are dropped: a refresh commits seconds after it prepares, so
+   * an older one's client is gone (a killed task), and each holds the output's snapshot and file actions.
+   */
+  static final long PREPARED_TTL_MS = 30 * 60 * 1000L;
 
   private static final ObjectMapper JSON = new ObjectMapper();
   private static final Map<String, Prepared> PREPARED = new ConcurrentHashMap<>();
+  /**
+   * Tokens no longer prepared, with what became of them: the committed version (so a commit sent again
+   * after its answer was lost is answered the same way) or why it was dropped. Bounded: cleared past
+   * {@link #ENDED_LIMIT} entries.
+   */
+  private static final Map<String, String> ENDED = new ConcurrentHashMap<>();
+  static final int ENDED_LIMIT = 10_000;
   private static final Map<String, Set<String>> FIELDS =
       Map.of(
           "describe", Set.of(),
@@ -128,7 +138,10 @@ public final class NetChangeCommit {
       case "prepare" -> prepare(spark, request, answer);
       case "commit" -> commit(required(request, "token").asText(), answer);
       default -> {
-        PREPARED.remove(required(request, "token").asText());
+        String token = required(request, "token").asText();
+        if (PREPARED.remove(token) != null) {
+          ended(token, "aborted");
+        }
         answer.put("status", "aborted");
       }
     }
@@ -253,15 +266,34 @@ public final class NetChangeCommit {
   private static void commit(String token, ObjectNode answer) {
     Prepared prepared = PREPARED.remove(token);
     if (prepared == null) {
+      String ended = ENDED.get(token);
+      if (ended != null && ended.startsWith("committed ")) {
+        answer.put("status", "committed").put("version", Long.parseLong(ended.substring(10)));
+        return;
+      }
       throw new IllegalStateException(
-          "net_change: no prepared commit " + token + " (committed, aborted, or expired)");
+          "net_change: no prepared commit " + token + " ("
+              + (ended != null ? ended : "aborted, expired, or prepared on another server") + ")");
     }
     List<Action> actions = new ArrayList<>(prepared.actions());
     Option<Object> now = Option.apply((Object) System.currentTimeMillis());
     actions.add(new SetTransaction(prepared.appId(), prepared.seq(), now));
-    long version =
-        prepared.transaction().commit(seqOf(actions), new DeltaOperations.Update(Option.empty()));
+    long version;
+    try {
+      version = prepared.transaction().commit(seqOf(actions), new DeltaOperations.Update(Option.empty()));
+    } catch (Throwable error) {
+      ended(token, "its commit failed: " + error.getClass().getSimpleName());
+      throw error;
+    }
+    ended(token, "committed " + version);
     answer.put("status", "committed").put("version", version);
+  }
+
+  private static void ended(String token, String outcome) {
+    if (ENDED.size() >= ENDED_LIMIT) {
+      ENDED.clear();
+    }
+    ENDED.put(token, outcome);
   }
 
   /** Why the output's properties rule out a hand-built commit, or null when they do not. */
@@ -324,7 +356,13 @@ public final class NetChangeCommit {
 
   private static void dropExpired() {
     long oldest = System.currentTimeMillis() - PREPARED_TTL_MS;
-    PREPARED.values().removeIf(prepared -> prepared.createdAt() < oldest);
+    PREPARED.entrySet().removeIf(entry -> {
+      if (entry.getValue().createdAt() >= oldest) {
+        return false;
+      }
+      ended(entry.getKey(), "expired");
+      return true;
+    });
   }
 
   private static <T> Seq<T> seqOf(List<T> items) {
