@@ -52,7 +52,7 @@ from test_windowed_stream import spec_for as windowed_stream_spec
 from test_windowed_table import ERRORS, MINUTE, WEEK, errors_row, output_of, scratch
 from windowed_model import Event, StreamJoinModel
 
-from airflow_provider_fkjoin.engine import run_spec
+from airflow_provider_fkjoin.engine import SpecError, run_spec
 
 
 class Counted(NamedTuple):
@@ -156,11 +156,13 @@ def test_a_refresh_loads_each_table_log_once_and_runs_no_describe(
 
 
 #: The most jobs and SQL executions a small incremental foreign-key refresh (one order and one customer
-#: changed, 11 output rows) may run with the net-change writer: 50-51 jobs and 30 executions when the
+#: changed, 11 output rows) may run with the net-change writer: 25 jobs and 27 executions when the
 #: bound was set (the engine procedure's two calls and the two temporary views that hand it the rows are
-#: 5 of the executions), a little headroom for Delta's own background work.
-FK_REFRESH_MAX_JOBS = 54
-FK_REFRESH_MAX_EXECUTIONS = 32
+#: 5 of the executions), a little headroom for Delta's own background work. Every refresh counted here
+#: is small, so it runs without adaptive execution (``spark.fkjoin.smallRefreshBytes``), whose query
+#: stages would each be a job of their own (the same refresh ran 50-51 jobs with it).
+FK_REFRESH_MAX_JOBS = 28
+FK_REFRESH_MAX_EXECUTIONS = 30
 
 
 def test_a_small_foreign_key_refresh_runs_a_few_spark_actions(
@@ -184,11 +186,62 @@ def test_a_small_foreign_key_refresh_runs_a_few_spark_actions(
     assert_bounded(refresh, FK_REFRESH_MAX_JOBS, FK_REFRESH_MAX_EXECUTIONS)
 
 
+def test_a_small_refresh_runs_without_adaptive_execution_and_restores_the_session(
+    spark: SparkSession, fk_tables: dict[str, Any]
+) -> None:
+    """Under ``spark.fkjoin.smallRefreshBytes`` the refresh turns adaptive execution off for itself (each
+    query stage is then not a job of its own) and gives the session back as it was; at 0 it keeps
+    adaptive execution, and runs more jobs for the same output."""
+    spec, out = fk_tables["spec"], fk_tables["out"]
+    orders, customers = str(fk_tables["orders"]), str(fk_tables["customers"])
+    run_spec(spec, spark=spark)
+    DeltaTable.forPath(spark, orders).update("order_id = 3", {"amount": F.lit(0.5)})
+    run_spec(spec, spark=spark)
+    before = {
+        key: spark.conf.get(key, None)
+        for key in ("spark.sql.adaptive.enabled", "spark.sql.shuffle.partitions")
+    }
+
+    def refresh_after_a_change(order: int, customer: int, limit: str | None) -> Counted:
+        DeltaTable.forPath(spark, orders).update(f"order_id = {order}", {"amount": F.lit(order / 2)})
+        DeltaTable.forPath(spark, customers).update(f"customer_id = {customer}", {"name": F.lit("x")})
+        if limit is not None:
+            spark.conf.set("spark.fkjoin.smallRefreshBytes", limit)
+        try:
+            return counted(spark, lambda: run_spec(spec, spark=spark))
+        finally:
+            spark.conf.unset("spark.fkjoin.smallRefreshBytes")
+
+    adaptive = refresh_after_a_change(7, 5, "0")
+    assert output_state(spark, out) == oracle(spark, adaptive.result)
+    small = refresh_after_a_change(9, 6, None)
+    assert output_state(spark, out) == oracle(spark, small.result)
+    assert (adaptive.result["write_path"], small.result["write_path"]) == ("net_changes", "net_changes")
+    assert small.result["rows"]["updated"] == adaptive.result["rows"]["updated"] == 11
+    assert small.jobs < adaptive.jobs, (small.jobs, adaptive.jobs)
+    assert {key: spark.conf.get(key, None) for key in before} == before
+
+
+def test_a_bad_small_refresh_bound_names_the_setting(spark: SparkSession, fk_tables: dict[str, Any]) -> None:
+    spec = fk_tables["spec"]
+    run_spec(spec, spark=spark)
+    DeltaTable.forPath(spark, str(fk_tables["orders"])).update("order_id = 3", {"amount": F.lit(0.5)})
+    spark.conf.set("spark.fkjoin.smallRefreshBytes", "64MB")
+    try:
+        with pytest.raises(
+            SpecError, match=r"spark\.fkjoin\.smallRefreshBytes='64MB': give a number of bytes"
+        ):
+            run_spec(spec, spark=spark)
+    finally:
+        spark.conf.unset("spark.fkjoin.smallRefreshBytes")
+    assert DeltaTable.forPath(spark, str(fk_tables["out"])).history(1).first()["version"] == 0
+
+
 #: multiway_join, 3 inputs (50 businesses, 500 reviews, 60 owners), a review changed, then a business
-#: and a review: 64 jobs and 41 executions when the bound was set (with the engine procedure's calls and
+#: and a review: 32 jobs and 38 executions when the bound was set (with the engine procedure's calls and
 #: views, as above), plus headroom.
-MULTIWAY_REFRESH_MAX_JOBS = 68
-MULTIWAY_REFRESH_MAX_EXECUTIONS = 44
+MULTIWAY_REFRESH_MAX_JOBS = 36
+MULTIWAY_REFRESH_MAX_EXECUTIONS = 41
 
 
 def test_a_small_multiway_refresh_runs_a_few_spark_actions(spark: SparkSession, warehouse: Path) -> None:
@@ -222,10 +275,10 @@ def test_a_small_multiway_refresh_runs_a_few_spark_actions(spark: SparkSession, 
 
 #: windowed_join, table mode, outer (the shape with its own refresh: inner and left ones run as the
 #: foreign-key join above): errors per minute joined to themselves a week earlier, 500 rows, one row
-#: changed, then one changed and one deleted: 51 jobs and 32 executions when the bound was set (a Delta
+#: changed, then one changed and one deleted: 25 jobs and 29 executions when the bound was set (a Delta
 #: MERGE into the output, not the net-change writer), plus headroom.
-WINDOWED_TABLE_REFRESH_MAX_JOBS = 56
-WINDOWED_TABLE_REFRESH_MAX_EXECUTIONS = 35
+WINDOWED_TABLE_REFRESH_MAX_JOBS = 28
+WINDOWED_TABLE_REFRESH_MAX_EXECUTIONS = 32
 
 
 def test_a_small_windowed_table_refresh_runs_a_few_spark_actions(
@@ -290,9 +343,9 @@ class Replay:
 
 
 #: windowed_join, stream mode, left join with grace (450 events, then two left and one right event per
-#: refresh, the counted one closing a pending row): 44 jobs and 21 executions when the bound was set (27 of
-#: the jobs are the one count of the output rows, one per adaptive query stage), plus headroom.
-WINDOWED_STREAM_REFRESH_MAX_JOBS = 48
+#: refresh, the counted one closing a pending row): 15 jobs and 21 executions when the bound was set, plus
+#: headroom.
+WINDOWED_STREAM_REFRESH_MAX_JOBS = 18
 WINDOWED_STREAM_REFRESH_MAX_EXECUTIONS = 23
 
 
@@ -324,9 +377,9 @@ def test_a_small_windowed_stream_refresh_runs_a_few_spark_actions(
     assert_bounded(refresh, WINDOWED_STREAM_REFRESH_MAX_JOBS, WINDOWED_STREAM_REFRESH_MAX_EXECUTIONS)
 
 
-#: self_join (300 events, then two per refresh): 8 jobs and 7 executions when the bound was set, plus
+#: self_join (300 events, then two per refresh): 5 jobs and 7 executions when the bound was set, plus
 #: headroom.
-SELF_JOIN_REFRESH_MAX_JOBS = 10
+SELF_JOIN_REFRESH_MAX_JOBS = 7
 SELF_JOIN_REFRESH_MAX_EXECUTIONS = 9
 
 
@@ -350,9 +403,9 @@ def test_a_small_self_join_refresh_runs_a_few_spark_actions(spark: SparkSession,
 
 
 #: stream_table_join, left (1000 orders looking up 100 products), one order appended, then a product
-#: renamed and two orders appended: 12 jobs and 14 executions when the bound was set, plus headroom.
-STREAM_JOIN_REFRESH_MAX_JOBS = 14
-STREAM_JOIN_REFRESH_MAX_EXECUTIONS = 16
+#: renamed and two orders appended: 6 jobs and 10 executions when the bound was set, plus headroom.
+STREAM_JOIN_REFRESH_MAX_JOBS = 8
+STREAM_JOIN_REFRESH_MAX_EXECUTIONS = 12
 
 
 def test_a_small_stream_table_join_refresh_runs_a_few_spark_actions(
@@ -387,10 +440,10 @@ def test_a_small_stream_table_join_refresh_runs_a_few_spark_actions(
 
 
 #: global_table_bootstrap catching up from its checkpoint (1000 products; one updated, then one updated
-#: and one deleted): 35 jobs and 26 executions when the bound was set (with the engine procedure's calls
+#: and one deleted): 18 jobs and 23 executions when the bound was set (with the engine procedure's calls
 #: and views, as above), plus headroom.
-GLOBAL_TABLE_REFRESH_MAX_JOBS = 38
-GLOBAL_TABLE_REFRESH_MAX_EXECUTIONS = 28
+GLOBAL_TABLE_REFRESH_MAX_JOBS = 21
+GLOBAL_TABLE_REFRESH_MAX_EXECUTIONS = 25
 
 
 def test_a_small_global_table_catch_up_runs_a_few_spark_actions(spark: SparkSession, warehouse: Path) -> None:

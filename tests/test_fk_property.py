@@ -11,7 +11,8 @@ the oracle on every key, one net change per changed key in the output's change f
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from helpers import Batch, OutputSpec, Row, World
@@ -83,9 +84,22 @@ def play(world: World, steps: list[Any], refresh: Callable[[], None]) -> None:
         refresh()
 
 
-@given(plan=plans())
-def test_refreshes_equal_recompute(spark: SparkSession, plan: dict[str, Any]) -> None:
-    with tempfile.TemporaryDirectory(prefix="fkjoin-prop-") as root:
+@contextmanager
+def small_refresh_bound(spark: SparkSession, adaptive: bool) -> Iterator[None]:
+    """With ``adaptive``, refreshes run as large ones do (``spark.fkjoin.smallRefreshBytes=0``)."""
+    if adaptive:
+        spark.conf.set("spark.fkjoin.smallRefreshBytes", "0")
+    try:
+        yield
+    finally:
+        spark.conf.unset("spark.fkjoin.smallRefreshBytes")
+
+
+@given(plan=plans(), adaptive=st.booleans())
+def test_refreshes_equal_recompute(spark: SparkSession, plan: dict[str, Any], adaptive: bool) -> None:
+    """Random change sequences, each refresh equal to the join recomputed; run as the small refreshes
+    they are (adaptive execution off) or, with ``adaptive``, as large ones are."""
+    with tempfile.TemporaryDirectory(prefix="fkjoin-prop-") as root, small_refresh_bound(spark, adaptive):
         world = World(
             spark,
             root,

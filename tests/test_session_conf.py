@@ -6,7 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_fkjoin.engine.runtime.session import DELTA_MAVEN_COORDINATE, parse_conf, session_conf
+from airflow_provider_fkjoin.engine import SpecError
+from airflow_provider_fkjoin.engine.runtime.session import (
+    DELTA_MAVEN_COORDINATE,
+    SMALL_REFRESH_BYTES,
+    parse_conf,
+    session_conf,
+    small_refresh_settings,
+)
 
 
 def test_defaults_suit_a_small_machine(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -106,3 +113,36 @@ def test_delta_jar_version_is_named_once_and_fits_the_pinned_package():
     assert DELTA_MAVEN_COORDINATE.endswith(":" + DELTA_JAR_VERSION)
     package = version("delta-spark").split(".")
     assert DELTA_JAR_VERSION.split(".")[:2] == package[:2]
+
+
+ADAPTIVE = {"spark.sql.adaptive.enabled": "true", "spark.sql.shuffle.partitions": "200"}
+SMALL = {"spark.sql.adaptive.enabled": "false", "spark.sql.shuffle.partitions": "4"}
+
+
+@pytest.mark.parametrize(
+    ("read_bytes", "current", "settings"),
+    [
+        (0, ADAPTIVE, SMALL),  # a first run: no output yet, empty inputs
+        (SMALL_REFRESH_BYTES, ADAPTIVE, SMALL),
+        (SMALL_REFRESH_BYTES + 1, ADAPTIVE, {}),
+        (None, ADAPTIVE, {}),  # a table whose size is unknown
+        (10, {}, SMALL),  # Spark's defaults: adaptive on, 200 partitions
+        (
+            10,
+            {**ADAPTIVE, "spark.sql.shuffle.partitions": "2"},
+            {**SMALL, "spark.sql.shuffle.partitions": "2"},
+        ),
+        (10, {**ADAPTIVE, "spark.sql.adaptive.enabled": "false"}, {}),  # the session's own choice stands
+        (10, {**ADAPTIVE, "spark.fkjoin.smallRefreshBytes": "0"}, {}),  # turned off
+        (2**30, {**ADAPTIVE, "spark.fkjoin.smallRefreshBytes": str(2**31)}, SMALL),
+    ],
+)
+def test_a_small_refresh_runs_without_adaptive_execution(
+    read_bytes: int | None, current: dict[str, str], settings: dict[str, str]
+) -> None:
+    assert small_refresh_settings(read_bytes, current) == settings
+
+
+def test_a_small_refresh_bound_must_be_bytes() -> None:
+    with pytest.raises(SpecError, match=r"spark\.fkjoin\.smallRefreshBytes='1g': give a number of bytes"):
+        small_refresh_settings(10, {"spark.fkjoin.smallRefreshBytes": "1g"})

@@ -126,6 +126,8 @@ class OutputLog:
     last_seq: int
     table_id: str | None
     latest_version: int | None = None
+    #: The bytes of the output's data files (None: no output yet, or unknown).
+    size_bytes: int | None = None
 
 
 def read_progress(output: DeltaHandle) -> Progress | None:
@@ -137,12 +139,20 @@ def read_output_log(output: DeltaHandle) -> OutputLog:
     """Read the output's progress, others' changes since it, and the refresh sequence (see OutputLog)."""
     if not output.exists():
         return OutputLog(None, None, transaction_app_id(output.ref.identity), 0, None)
-    table_id = output.state().table_id
-    app_id = transaction_app_id(table_id)
+    state = output.state()
+    app_id = transaction_app_id(state.table_id)
     scan = scan_history(output.history(HISTORY_SCAN), output.location)
     recorded = output.transaction_version(app_id) or 0
     last_seq = max(recorded, scan.progress.seq if scan.progress else 0)
-    return OutputLog(scan.progress, scan.changed_by_others, app_id, last_seq, table_id, scan.latest_version)
+    return OutputLog(
+        scan.progress,
+        scan.changed_by_others,
+        app_id,
+        last_seq,
+        state.table_id,
+        scan.latest_version,
+        state.size_bytes,
+    )
 
 
 @dataclass(frozen=True)

@@ -72,6 +72,8 @@ class TableState:
     version: int
     table_id: str
     properties: dict[str, str]
+    #: The bytes of the version's data files (None: unknown); what a refresh may have to read.
+    size_bytes: int | None = None
 
     @property
     def cdf_enabled(self) -> bool:
@@ -213,11 +215,16 @@ class DeltaHandle:
                 version=int(table.version()),
                 table_id=str(metadata.id),
                 properties=dict(metadata.configuration),
+                size_bytes=sum(table.get_add_actions(flatten=True).column("size_bytes").to_pylist()),
             )
         detail = self.detail()
         version = self.history(1)[0]["version"]
+        size = detail.get("sizeInBytes")
         return TableState(
-            version=int(version), table_id=str(detail["id"]), properties=dict(detail["properties"] or {})
+            version=int(version),
+            table_id=str(detail["id"]),
+            properties=dict(detail["properties"] or {}),
+            size_bytes=int(size) if size is not None else None,
         )
 
     def transaction_version(self, app_id: str) -> int | None:

@@ -34,11 +34,13 @@ from ..core.progress import (
     Progress,
     new_progress_metadata,
     read_output_log,
+    session_settings,
 )
 from ..core.spec import spec_field_hashes, spec_fingerprint
 from ..core.trace import phase, phase_timeline
 from ..delta.ownership import Ownership
 from ..delta.tables import DeltaHandle, TableState
+from ..runtime.session import SMALL_REFRESH_BYTES_CONF, small_refresh_settings
 from .merge import Commit, CommitRequest
 from .net_changes import MergeRequired, NetChanges, commit_net_changes, compact_output
 
@@ -426,6 +428,40 @@ def _refresh(kind: KindRefresh, options: RunOptions, started: float) -> dict[str
     if plan.mode == "noop":
         phase("committed")
         return kind.result(refresh, plan, None, kind.noop_rows())
+    with session_settings(kind.spark, _execution_settings(kind, states, refresh)):
+        return _write(kind, options, refresh, plan, current)
+
+
+def _execution_settings(
+    kind: KindRefresh, states: dict[str, TableState], refresh: RefreshContext
+) -> dict[str, str]:
+    """The session settings the refresh runs with: :func:`.session.small_refresh_settings` for the bytes
+    of its inputs' and output's data files (each table once), logged when they apply."""
+    sizes = {kind.handles[name].ref.identity: state.size_bytes for name, state in states.items()}
+    sizes[kind.output.ref.identity] = refresh.log.size_bytes if refresh.log.table_id is not None else 0
+    read_bytes = None if None in sizes.values() else sum(v or 0 for v in sizes.values())
+    keys = (SMALL_REFRESH_BYTES_CONF, "spark.sql.adaptive.enabled", "spark.sql.shuffle.partitions")
+    settings = small_refresh_settings(read_bytes, {key: kind.spark.conf.get(key, None) for key in keys})
+    if settings:
+        log.info(
+            "output %s: a small refresh (%.1f MiB of tables), run without adaptive execution on %s shuffle "
+            "partitions (%s)",
+            kind.output.location,
+            (read_bytes or 0) / 2**20,
+            settings["spark.sql.shuffle.partitions"],
+            SMALL_REFRESH_BYTES_CONF,
+        )
+    return settings
+
+
+def _write(
+    kind: KindRefresh,
+    options: RunOptions,
+    refresh: RefreshContext,
+    plan: RefreshPlan,
+    current: dict[str, InputState],
+) -> dict[str, Any]:
+    """Run the kind's incremental path (falling back to a full rebuild) or its full rebuild."""
     if plan.mode == "incremental":
         try:
             written = kind.incremental(refresh, plan)
