@@ -221,3 +221,32 @@ def test_a_session_without_the_engine_jar_is_told_so(spark, monkeypatch) -> None
     monkeypatch.setattr(engine_procedure, "_registered", weakref.WeakSet())
     reason = engine_procedure.unavailable_reason(spark)
     assert reason is not None and reason.startswith("the Spark session has no engine jar"), reason
+
+
+def test_a_failure_that_is_not_a_missing_jar_is_not_remembered(monkeypatch) -> None:
+    """A dropped connection while asking makes this refresh MERGE; the next refresh asks again (a missing
+    jar is remembered for the session's life: the test above)."""
+    answers: list[Exception | dict] = [
+        ConnectionError("<_MultiThreadedRendezvous: StatusCode.UNAVAILABLE: failed to connect>"),
+        {"protocol": 1, "status": "ready"},
+    ]
+
+    def describe(session: object, action: str, **fields: object) -> dict:
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    class Session:  # weak-referenceable, hashable: what the cache keys on
+        pass
+
+    session = Session()
+    monkeypatch.setattr(engine_procedure, "call", describe)
+    monkeypatch.setattr(engine_procedure, "_checked", weakref.WeakKeyDictionary())
+    first = engine_procedure.unavailable_reason(session)  # type: ignore[arg-type]
+    assert first is not None and first.startswith("the engine procedure could not be reached this time"), (
+        first
+    )
+    assert engine_procedure.unavailable_reason(session) is None  # type: ignore[arg-type]
+    assert engine_procedure.unavailable_reason(session) is None  # type: ignore[arg-type]
+    assert answers == []

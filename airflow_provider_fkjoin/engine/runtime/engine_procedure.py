@@ -35,23 +35,41 @@ _checked: weakref.WeakKeyDictionary[SparkSession, str | None] = weakref.WeakKeyD
 _registered: weakref.WeakSet[SparkSession] = weakref.WeakSet()
 
 
+#: What Spark says when the session's JVM cannot load the engine's catalog: the jar is not there.
+_JAR_MISSING = ("CATALOG_PLUGIN_CLASS_NOT_FOUND", "ClassNotFoundException", "NoClassDefFoundError")
+
+
 def unavailable_reason(spark: SparkSession) -> str | None:
     """Why ``spark`` cannot run the engine's procedure (its JVM has no engine jar), or None when it can.
 
-    Asked once per session, by asking the procedure to describe itself.
+    Asked by asking the procedure to describe itself. The answer is kept for the session's life when it
+    is final: the procedure is there, the JVM cannot load its class, or a jar of another protocol
+    answered. Any other failure (a dropped connection, a server restarting) is this refresh's reason to
+    MERGE, and the next refresh asks again.
+
+    >>> unavailable_reason(spark_without_the_jar)
+    "the Spark session has no engine jar ([CATALOG_PLUGIN_CLASS_NOT_FOUND] Cannot find catalog ...)"
     """
     if spark in _checked:
         return _checked[spark]
+    final = True
     reason: str | None = None
     try:
         answer = call(spark, "describe")
         if answer.get("status") != "ready":
             reason = f"the engine jar answered {answer!r}"
-    except Exception as error:  # a missing class, a jar of another protocol, a server-side failure
+    except EngineProcedureError as error:  # a jar of another protocol
+        reason = f"the Spark session's engine jar does not fit ({error})"
+    except Exception as error:
         text = str(error).strip()
         first_line = text.splitlines()[0] if text else type(error).__name__
-        reason = f"the Spark session has no engine jar ({first_line[:300]})"
-    _checked[spark] = reason
+        final = any(signature in text for signature in _JAR_MISSING)
+        if final:
+            reason = f"the Spark session has no engine jar ({first_line[:300]})"
+        else:
+            reason = f"the engine procedure could not be reached this time ({first_line[:300]})"
+    if final:
+        _checked[spark] = reason
     return reason
 
 
