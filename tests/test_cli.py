@@ -198,6 +198,18 @@ def test_an_unexpected_spark_error_prints_its_root_cause_after_the_error_line(ca
     ]
 
 
+def test_an_unexpected_error_prints_what_the_engine_was_doing(capsys, refresh):
+    error = py4j_error()
+    error.add_note("while committing the net changes of output /w/orders_customers")
+    refresh.error = error
+    code, _, err = run_cli(capsys, "run", "--spec-json", json.dumps(SPEC))
+    assert code == 1
+    assert err[-2:] == [
+        "note: while committing the net changes of output /w/orders_customers",
+        "(run with -v for the Python traceback)",
+    ]
+
+
 @pytest.mark.parametrize("argv", [["-v", "run"], ["run", "-v"]])
 def test_verbose_prints_the_traceback(capsys, refresh, argv):
     refresh.error = py4j_error()

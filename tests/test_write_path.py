@@ -125,6 +125,35 @@ def test_a_commit_landing_during_the_refresh_fails_it_cleanly(spark, tables) -> 
     assert output_state(spark, out) == oracle(spark, again)
 
 
+def test_a_failed_commit_names_the_output_and_writes_nothing(spark, tables, monkeypatch) -> None:
+    """A failure of the engine procedure's commit that is not a conflict (the server's disk, a bug)
+    propagates as it is, with a note naming the output; the prepared commit is aborted, nothing lands,
+    and the next refresh is incremental and exact."""
+    spec, out = tables["spec"], tables["out"]
+    run_spec(spec, spark=spark)
+    _change(spark, tables)
+    call = change_writer.engine_procedure.call
+    asked: list[str] = []
+
+    def failing_commit(session: SparkSession, action: str, **fields: Any) -> dict[str, Any]:
+        asked.append(action)
+        if action == "commit":
+            raise OSError("No space left on device")
+        return call(session, action, **fields)
+
+    monkeypatch.setattr(change_writer.engine_procedure, "call", failing_commit)
+    before = len(_commits(out))
+    with pytest.raises(OSError, match="No space left on device") as raised:
+        run_spec(spec, spark=spark)
+    assert raised.value.__notes__ == [f"while committing the net changes of output {out}"]
+    assert asked[-3:] == ["prepare", "commit", "abort"], asked
+    assert len(_commits(out)) == before
+    monkeypatch.setattr(change_writer.engine_procedure, "call", call)
+    again = run_spec(spec, spark=spark)
+    assert (again["mode"], again["write_path"]) == ("incremental", "net_changes"), again
+    assert output_state(spark, out) == oracle(spark, again)
+
+
 def test_an_output_that_moved_before_the_commit_is_merged(spark, tables) -> None:
     """A commit that changes no rows (a property) between planning and the write: the net-change path
     cannot vouch for the version it planned against, so MERGE writes the refresh, with a warning."""

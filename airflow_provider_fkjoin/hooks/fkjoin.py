@@ -116,12 +116,16 @@ class FkJoinJobError(AirflowException):
     """The Spark job failed for another reason (exit 1, JVM crash, cluster error)."""
 
 
+_CAUSE_PREFIXES = ("cause: ", "error class: ", "note: ")
+
+
 class DriverOutput:
     """What the driver told us on stdout: app info, the result JSON, the ``error:`` line, a tail.
 
     After an ``error:`` line the CLI prints the root cause (``cause: java.io.IOException: ...``,
-    ``error class: ...``); those lines are kept in ``cause`` so the task's error message shows them
-    even when Spark's shutdown logging pushes them out of the tail.
+    ``error class: ...``) and what the engine was doing (``note: while committing ... of output ...``);
+    those lines are kept in ``cause`` so the task's error message shows them even when Spark's shutdown
+    logging pushes them out of the tail.
     """
 
     def __init__(self, on_app_info: Callable[[dict[str, Any]], None] | None = None) -> None:
@@ -167,7 +171,7 @@ class DriverOutput:
                 self.result = parsed
         elif line.startswith(ERROR_PREFIX):
             self.error = line.removeprefix(ERROR_PREFIX)
-        elif self.error is not None and line.startswith(("cause: ", "error class: ")) and len(self.cause) < 5:
+        elif self.error is not None and line.startswith(_CAUSE_PREFIXES) and len(self.cause) < 5:
             self.cause.append(line)
 
 

@@ -397,6 +397,7 @@ def test_failure_message_masks_secrets(spark_conn, fake_spark_submit, capsys):
             "spark.hadoop.fs.s3a.session.token=FwoGZXIvYXdzE",
             "error: Py4JJavaError: An error occurred, fs.azure.account.key.a.dfs.core.windows.net=AccKey0==",
             "cause: java.nio.file.AccessDeniedException: /w/orders_customers/_delta_log",
+            "note: while committing the net changes of output /w/orders_customers",
             "boom",
         ],
         exit=1,
@@ -415,6 +416,7 @@ def test_failure_message_masks_secrets(spark_conn, fake_spark_submit, capsys):
         "fkjoin Spark job failed (exit 1): Py4JJavaError: An error occurred, "
         "fs.azure.account.key.a.dfs.core.windows.net=******\n"
         "cause: java.nio.file.AccessDeniedException: /w/orders_customers/_delta_log\n"
+        "note: while committing the net changes of output /w/orders_customers\n"
     )
 
 

@@ -235,6 +235,7 @@ def commit_net_changes(
                 f"output {output.location}: another refresh committed first; nothing of this refresh was "
                 "written. Retry: the retry continues from the versions the other refresh consumed."
             ) from None
+        error.add_note(f"while committing the net changes of output {output.location}")
         raise
     finally:
         try:
