@@ -48,6 +48,17 @@ CONNECT_SESSION_CONF: dict[str, str] = {
     "spark.sql.session.timeZone": "UTC",
     "spark.databricks.delta.properties.defaults.enableChangeDataFeed": "false",
 }
+#: A Connect server's own defaults: Spark's status store (kept with the UI off too) holds up to 1,000 jobs,
+#: stages and SQL executions and 100,000 tasks, so a server's memory would grow over its first few hundred
+#: refreshes (a refresh runs some 30 jobs); a few refreshes' worth is enough to look into one.
+CONNECT_SERVER_CONF: dict[str, str] = {
+    "spark.ui.retainedJobs": "200",
+    "spark.ui.retainedStages": "200",
+    "spark.ui.retainedTasks": "2000",
+    "spark.sql.ui.retainedExecutions": "200",
+    "spark.sql.connect.ui.retainedSessions": "50",
+    "spark.sql.connect.ui.retainedStatements": "200",
+}
 #: The Spark Connect server's entry point (in pyspark's own ``spark-connect_2.13`` jar).
 CONNECT_SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 CONNECT_DEFAULT_PORT = 15002
@@ -208,8 +219,9 @@ def connect_server_argv(
     """The argv that starts a Spark Connect server with Delta: what ``fkjoin connect-server`` execs.
 
     pyspark's own ``spark-submit`` runs :data:`CONNECT_SERVER_CLASS` from pyspark's jars with Delta's jars
-    (or ``--packages``), Delta's SQL extension and catalog, the engine's session defaults and quiet
-    logging; ``conf`` wins over all of them. The server listens on ``host:port`` only.
+    (or ``--packages``), Delta's SQL extension and catalog, the engine's session defaults, quiet
+    logging and a status store of bounded size (:data:`CONNECT_SERVER_CONF`); ``conf`` wins over all of
+    them. The server listens on ``host:port`` only.
 
     >>> connect_server_argv(port=15002)[:4]
     ['spark-submit', '--class', 'org.apache.spark.sql.connect.service.SparkConnectServer', '--master']
@@ -218,7 +230,7 @@ def connect_server_argv(
     settings = {
         key: value for key, value in session.items() if key not in ("spark.jars", "spark.jars.packages")
     }
-    settings |= {
+    settings |= CONNECT_SERVER_CONF | {
         "spark.connect.grpc.binding.address": host,
         "spark.connect.grpc.binding.port": str(port),
     }
