@@ -123,6 +123,36 @@ def bench_spark(args: argparse.Namespace, conf: dict[str, str] | None = None):
 
 
 # --------------------------------------------------------------------------------------------------------
+# Delta through SQL (the same in a classic and a Spark Connect session: no delta-spark Python API, which
+# over Connect needs Delta's own Connect plugin on the server)
+
+
+def delta_path_sql(path: str | Path) -> str:
+    """``delta.`<path>``` for a Delta table at ``path`` in SQL, its backticks doubled."""
+    return "delta.`" + str(path).replace("`", "``") + "`"
+
+
+@contextmanager
+def temp_view(frame: Any, prefix: str = "bench_source") -> Iterator[str]:
+    """``frame`` as a temporary view under a fresh name while the block runs; dropped after it."""
+    import uuid
+
+    name = f"{prefix}_{uuid.uuid4().hex}"
+    frame.createOrReplaceTempView(name)
+    try:
+        yield name
+    finally:
+        frame.sparkSession.catalog.dropTempView(name)
+
+
+def delta_history(spark, path: str | Path, limit: int | None = None):
+    """``DESCRIBE HISTORY`` of the Delta table at ``path`` (newest first; the last ``limit`` commits)."""
+    return spark.sql(
+        f"DESCRIBE HISTORY {delta_path_sql(path)}" + ("" if limit is None else f" LIMIT {int(limit)}")
+    )
+
+
+# --------------------------------------------------------------------------------------------------------
 # timing
 
 

@@ -5,10 +5,21 @@ refresh, 11 output rows change) run as a Spark Connect client of ``fkjoin connec
 with the engine's net-change commit (its stored procedure in the server's JVM), then the same refreshes
 of a second output written with Delta's MERGE (``write_path="merge"``), as a server without the engine's
 jar would. Then ``--memory-refreshes`` more refreshes, with the server JVM's heap after a full GC
-(``jcmd GC.run``, ``GC.heap_info``) and its resident memory measured after the first and after the last.
+(``jcmd GC.run``, ``GC.heap_info``), its resident memory and the entries of Spark's status store (jobs,
+stages, tasks, SQL executions, Connect statements: ``jcmd GC.class_histogram``) measured after the first
+and after the last.
+
+Each refresh's server jobs are counted through the server's UI (its REST API), so by default the server
+runs with its UI on. ``--no-ui`` starts it with ``spark.ui.enabled=false``: no UI in the server's memory,
+and no job counts (``jobs`` and ``state_jobs`` are null in the report, ``server_ui`` is false). Spark's
+status store, which the UI reads, is kept with the UI off too, up to its retention limits (1,000 jobs,
+stages and SQL executions by default); ``--status-store-limit N`` lowers those limits to N, so a memory
+run can tell the store's growth from the engine's.
 
     python -m bench.connect_refresh --repeat 5 --memory-refreshes 100 \\
         --json-out bench/results/connect_refresh.json
+    python -m bench.connect_refresh --repeat 1 --warmup 1 --memory-refreshes 100 --no-ui \\
+        --json-out bench/results/connect_memory.json
 """
 
 from __future__ import annotations
@@ -23,10 +34,36 @@ from pathlib import Path
 from typing import Any
 
 from bench.airflow_modes import start_connect_server
-from bench.common import DATA_DIR, add_common, command_line, json_out, median, timed, write_report
+from bench.common import (
+    DATA_DIR,
+    add_common,
+    command_line,
+    delta_path_sql,
+    json_out,
+    median,
+    timed,
+    write_report,
+)
 
 PORT = 15097
 UI_PORT = 15098
+#: Spark's status store's entries, by the class of the objects that hold them (counted in a heap histogram).
+STATUS_STORE_CLASSES = {
+    "jobs": "org.apache.spark.status.JobDataWrapper",
+    "stages": "org.apache.spark.status.StageDataWrapper",
+    "tasks": "org.apache.spark.status.TaskDataWrapper",
+    "sql_executions": "org.apache.spark.sql.execution.ui.SQLExecutionUIData",
+    "connect_statements": "org.apache.spark.sql.connect.ui.ExecutionInfo",
+}
+#: The retention limits ``--status-store-limit`` sets (the tasks limit is per stage).
+STATUS_STORE_LIMITS = (
+    "spark.ui.retainedJobs",
+    "spark.ui.retainedStages",
+    "spark.ui.retainedTasks",
+    "spark.sql.ui.retainedExecutions",
+    "spark.sql.connect.ui.retainedStatements",
+    "spark.sql.connect.ui.retainedSessions",
+)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -34,7 +71,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     add_common(p, DATA_DIR / "connect_refresh", repeat=5)
     p.add_argument("--warmup", type=int, default=3, help="untimed refreshes of each write path first")
     p.add_argument("--memory-refreshes", type=int, default=100, help="refreshes between the memory readings")
+    p.add_argument(
+        "--no-ui",
+        action="store_true",
+        help="run the server with spark.ui.enabled=false (for the memory run): its jobs are then not "
+        "counted (null in the report)",
+    )
+    p.add_argument(
+        "--status-store-limit",
+        type=int,
+        default=None,
+        metavar="N",
+        help="keep at most N jobs, stages, tasks per stage, SQL executions and Connect sessions and "
+        "statements in the server's status store (default: Spark's own limits, e.g. 1,000 jobs)",
+    )
     args = p.parse_args(argv)
+    if args.status_store_limit is not None and args.status_store_limit < 1:
+        p.error("--status-store-limit must be >= 1")
     args.json_out = json_out(args.json_out, "connect_refresh")
     return args
 
@@ -80,8 +133,22 @@ def job_counts(jobs: list[dict[str, Any]]) -> dict[str, int]:
     return {"jobs": len(jobs), "state_jobs": len(state)}
 
 
-def memory(pid: int) -> dict[str, float]:
-    """The JVM's heap in use after a full GC, and its resident set, in MB."""
+def status_store_entries(pid: int) -> dict[str, int]:
+    """How many jobs, stages, tasks, SQL executions and Connect statements Spark's status store holds:
+    live instances of the classes that hold them (``jcmd GC.class_histogram``, after a full GC)."""
+    histogram = subprocess.run(
+        ["jcmd", str(pid), "GC.class_histogram"], capture_output=True, text=True, check=True
+    ).stdout
+    instances = {}
+    for line in histogram.splitlines():
+        fields = line.split()
+        if len(fields) >= 4 and fields[0].endswith(":"):
+            instances[fields[3]] = int(fields[1])
+    return {name: instances.get(cls, 0) for name, cls in STATUS_STORE_CLASSES.items()}
+
+
+def memory(pid: int) -> dict[str, Any]:
+    """The JVM's heap in use after a full GC and its resident set, in MB, and the status store's entries."""
     subprocess.run(["jcmd", str(pid), "GC.run"], capture_output=True, check=True)
     info = subprocess.run(
         ["jcmd", str(pid), "GC.heap_info"], capture_output=True, text=True, check=True
@@ -92,6 +159,7 @@ def memory(pid: int) -> dict[str, float]:
     return {
         "heap_used_mb": round(int(used.group(1)) / 1024, 1) if used else -1.0,
         "rss_mb": round(int(rss.group(1)) / 1024, 1) if rss else -1.0,
+        "status_store": status_store_entries(pid),
     }
 
 
@@ -99,10 +167,10 @@ def verify(spark: Any, orders: str, customers: str, output: str) -> bool:
     """The output equals the join recomputed from the inputs' current versions (both set differences
     empty); raises otherwise."""
     recompute = (
-        f"SELECT o.order_id, o.customer_id, o.amount, c.name FROM delta.`{orders}` o "
-        f"LEFT JOIN delta.`{customers}` c ON o.customer_id = c.customer_id"
+        f"SELECT o.order_id, o.customer_id, o.amount, c.name FROM {delta_path_sql(orders)} o "
+        f"LEFT JOIN {delta_path_sql(customers)} c ON o.customer_id = c.customer_id"
     )
-    current = f"SELECT order_id, customer_id, amount, name FROM delta.`{output}`"
+    current = f"SELECT order_id, customer_id, amount, name FROM {delta_path_sql(output)}"
     for left, right in ((recompute, current), (current, recompute)):
         extra = spark.sql(f"SELECT count(*) AS n FROM ({left} EXCEPT ALL {right})").first()["n"]
         if extra:
@@ -115,9 +183,14 @@ def main(argv: list[str] | None = None) -> int:
     from airflow_provider_fkjoin.engine import get_spark, run_spec
 
     args.workdir.mkdir(parents=True, exist_ok=True)
-    server = start_connect_server(
-        args.workdir, PORT, {"spark.ui.enabled": "true", "spark.ui.port": str(UI_PORT)}
+    ui = not args.no_ui
+    server_conf = (
+        {"spark.ui.enabled": "true", "spark.ui.port": str(UI_PORT)} if ui else {"spark.ui.enabled": "false"}
     )
+    if args.status_store_limit is not None:
+        server_conf |= dict.fromkeys(STATUS_STORE_LIMITS, str(args.status_store_limit))
+    server = start_connect_server(args.workdir, PORT, server_conf)
+    spark = None
     try:
         spark = get_spark(f"sc://127.0.0.1:{PORT}")
         pid = server_jvm(server.pid)
@@ -127,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
             (customers, "SELECT id AS customer_id, concat('c', id) AS name FROM range(100)"),
             (orders, "SELECT id AS order_id, id % 100 AS customer_id, id * 1.5 AS amount FROM range(1000)"),
         ):
-            spark.sql(f"CREATE OR REPLACE TABLE delta.`{path}` USING delta {options} AS {query}")
+            spark.sql(f"CREATE OR REPLACE TABLE {delta_path_sql(path)} USING delta {options} AS {query}")
 
         def spec(output: str) -> dict[str, Any]:
             return {
@@ -143,13 +216,19 @@ def main(argv: list[str] | None = None) -> int:
 
         def change() -> None:
             index = next(counter)
-            spark.sql(f"UPDATE delta.`{orders}` SET amount = amount + 1 WHERE order_id = {index % 1000}")
             spark.sql(
-                f"UPDATE delta.`{customers}` SET name = concat(name, 'x') WHERE customer_id = {index % 100}"
+                f"UPDATE {delta_path_sql(orders)} SET amount = amount + 1 WHERE order_id = {index % 1000}"
+            )
+            spark.sql(
+                f"UPDATE {delta_path_sql(customers)} SET name = concat(name, 'x') "
+                f"WHERE customer_id = {index % 100}"
             )
 
         report: dict[str, Any] = {
             "command": command_line("bench.connect_refresh"),
+            # without the server's UI its jobs are not counted: jobs and state_jobs are null
+            "server_ui": ui,
+            "server_conf": server_conf,
             "paths": {},
             "verified": {},
         }
@@ -163,12 +242,16 @@ def main(argv: list[str] | None = None) -> int:
                 spark.addTag(tag)
                 wall, result = timed(lambda s=the_spec, w=write_path: run_spec(s, spark=spark, write_path=w))
                 spark.removeTag(tag)
-                counts = job_counts(server_jobs(tag))
+                counts = job_counts(server_jobs(tag)) if ui else {"jobs": None, "state_jobs": None}
                 expected = "merge" if write_path == "merge" else "net_changes"
                 assert (result["mode"], result["write_path"]) == ("incremental", expected), result
+                jobs = (
+                    f"{counts['jobs']} jobs ({counts['state_jobs']} table-state rebuilds)"
+                    if ui
+                    else "jobs not counted (the server's UI is off)"
+                )
                 print(
-                    f"[connect_refresh] {write_path} #{index + 1}: {wall:.2f}s {result['write_path']} "
-                    f"{counts['jobs']} jobs ({counts['state_jobs']} table-state rebuilds)",
+                    f"[connect_refresh] {write_path} #{index + 1}: {wall:.2f}s {result['write_path']} {jobs}",
                     flush=True,
                 )
                 if index >= args.warmup:
@@ -188,6 +271,8 @@ def main(argv: list[str] | None = None) -> int:
             run_spec(the_spec, spark=spark)
         last = memory(pid)
         report["memory"] = {
+            "server_ui": ui,
+            "status_store_limit": args.status_store_limit,
             "refreshes": args.memory_refreshes,
             "seconds": round(time.monotonic() - started, 1),
             "after_first": first,
@@ -200,9 +285,15 @@ def main(argv: list[str] | None = None) -> int:
         )
         write_report(report, args.json_out)
     finally:
+        import contextlib
         import os
         import signal
 
+        # The session first: a Connect client still open when its server is gone retries its release at
+        # the interpreter's exit for minutes.
+        if spark is not None:
+            with contextlib.suppress(Exception):
+                spark.stop()
         os.killpg(server.pid, signal.SIGTERM)
         server.wait(timeout=60)
     return 0

@@ -18,7 +18,9 @@ Change batches (each kind is its own Delta commit, as an upstream job would writ
   20% deletes, 20% inserts of new orders (a fifth referencing new customers), 20% amount updates.
 
 Batch ``r`` (0, 1, ...) touches keys disjoint from every other batch, spread evenly over the key range
-(so, as with random updates, most data files of a table are touched).
+(so, as with random updates, most data files of a table are touched). Updates and deletes are SQL
+``MERGE INTO delta.`<path>``` statements from a temporary view, inserts DataFrame appends: no delta-spark
+Python API, so the batches run the same in a classic and a Spark Connect session.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from bench.common import delta_path_sql, temp_view
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -208,33 +212,39 @@ def _spread_keys(spark: SparkSession, count: int, domain: int, batch: int) -> Da
     )
 
 
+def _merge_matched(spark: SparkSession, path: Path, source: DataFrame, key: str, action: str) -> None:
+    """One Delta commit: ``MERGE INTO`` the table at ``path`` (``t``) from ``source`` (``s``, a temporary
+    view while it runs) on ``t.key = s.key``, ``WHEN MATCHED THEN <action>``. Plain SQL, so it runs the
+    same in a classic and a Spark Connect session (what ``DeltaTable.merge`` did, without delta-spark's
+    Python API, which over Connect needs Delta's Connect plugin on the server)."""
+    with temp_view(source, "bench_merge_source") as view:
+        spark.sql(
+            f"MERGE INTO {delta_path_sql(path)} AS t USING `{view}` AS s ON t.`{key}` = s.`{key}` "
+            f"WHEN MATCHED THEN {action}"
+        )
+
+
 def _new_customer_base(right_rows: int, batch: int, per_batch: int) -> int:
     return right_rows + batch * max(per_batch, 1)
 
 
 def apply_right_changes(spark: SparkSession, path: Path, right_rows: int, n: int, batch: int) -> dict:
     """Right batch as three commits: updates, deletes, inserts. Returns counts and the commit versions."""
-    from delta.tables import DeltaTable
     from pyspark.sql import functions as F
 
     split = right_split(n)
-    table = DeltaTable.forPath(spark, str(path))
     versions = []
     existing = split.updates + split.deletes
     keys = _spread_keys(spark, existing, right_rows, batch)
     upd = customers_df(
         spark, keys.where(F.col("j") < split.updates).select(F.col("k").alias("id")), f"~b{batch}"
     )
-    (
-        table.alias("t")
-        .merge(upd.alias("s"), "t.customer_id = s.customer_id")
-        .whenMatchedUpdate(set={c: f"s.{c}" for c in RIGHT_COLUMNS if c != RIGHT_KEY})
-        .execute()
-    )
+    update = ", ".join(f"t.`{c}` = s.`{c}`" for c in RIGHT_COLUMNS if c != RIGHT_KEY)
+    _merge_matched(spark, path, upd, RIGHT_KEY, f"UPDATE SET {update}")
     versions.append(latest_version(path))
     dels = keys.where(F.col("j") >= split.updates).select(F.col("k").alias("customer_id"))
     if split.deletes:
-        table.alias("t").merge(dels.alias("s"), "t.customer_id = s.customer_id").whenMatchedDelete().execute()
+        _merge_matched(spark, path, dels, RIGHT_KEY, "DELETE")
         versions.append(latest_version(path))
     if split.inserts:
         base = _new_customer_base(right_rows, batch, split.inserts)
@@ -281,13 +291,11 @@ def apply_left_changes(
 
     With ``newest`` (a share, e.g. 0.01), the changed existing orders are the newest ones (the top of
     the key range), as when recent orders are the ones that change; otherwise they spread evenly."""
-    from delta.tables import DeltaTable
     from pyspark.sql import functions as F
 
     split = left_split(n)
     rsplit = right_split(n_right)
     new_cust_base = _new_customer_base(right_rows, batch, rsplit.inserts)
-    table = DeltaTable.forPath(spark, str(path))
     existing = split.fk_changes + split.deletes + split.amount_updates
     if newest is None:
         keys = _spread_keys(spark, existing, left_rows, batch)
@@ -307,12 +315,7 @@ def apply_left_changes(
             F.pmod(j, F.lit(10)) == 0, F.lit(new_cust_base) + F.pmod(j, F.lit(rsplit.inserts))
         ).otherwise(new_fk)
     fk = keys.where(j < split.fk_changes).select(k.alias("order_id"), new_fk.alias("new_customer_id"))
-    (
-        table.alias("t")
-        .merge(fk.alias("s"), "t.order_id = s.order_id")
-        .whenMatchedUpdate(set={"customer_id": "s.new_customer_id"})
-        .execute()
-    )
+    _merge_matched(spark, path, fk, LEFT_KEY, "UPDATE SET t.`customer_id` = s.`new_customer_id`")
     versions.append(latest_version(path))
 
     # 2. deletes
@@ -320,7 +323,7 @@ def apply_left_changes(
         k.alias("order_id")
     )
     if split.deletes:
-        table.alias("t").merge(dels.alias("s"), "t.order_id = s.order_id").whenMatchedDelete().execute()
+        _merge_matched(spark, path, dels, LEFT_KEY, "DELETE")
         versions.append(latest_version(path))
 
     # 3. inserts of new orders (ids above every base and earlier batch id); a fifth to new customers
@@ -343,12 +346,7 @@ def apply_left_changes(
         k.alias("order_id"), (F.pmod(_h(k, 2000 + batch), F.lit(100_000)) / F.lit(100.0)).alias("new_amount")
     )
     if split.amount_updates:
-        (
-            table.alias("t")
-            .merge(amt.alias("s"), "t.order_id = s.order_id")
-            .whenMatchedUpdate(set={"amount": "s.new_amount"})
-            .execute()
-        )
+        _merge_matched(spark, path, amt, LEFT_KEY, "UPDATE SET t.`amount` = s.`new_amount`")
         versions.append(latest_version(path))
     return {
         "fk_changes": split.fk_changes,

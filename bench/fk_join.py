@@ -52,6 +52,7 @@ from bench.common import (
     add_common,
     command_line,
     conf_pairs,
+    delta_history,
     json_out,
     median,
     spark_session,
@@ -300,14 +301,12 @@ class Runner:
         return result, ended - started, phases, prof_rows
 
     def commit_metrics(self, out: Path, version: int | None) -> dict:
-        """The output commit's Delta operation metrics (MERGE: scan/rewrite/source times, files touched)."""
+        """The output commit's Delta operation metrics (MERGE: scan/rewrite/source times, files touched),
+        from ``DESCRIBE HISTORY`` (SQL: the same in a classic and a Spark Connect session)."""
         if version is None:
             return {}
-        from delta.tables import DeltaTable
-
         rows = (
-            DeltaTable.forPath(self.spark, str(out))
-            .history(5)
+            delta_history(self.spark, out, 5)
             .where(f"version = {int(version)}")
             .select("operation", "operationMetrics")
             .collect()

@@ -31,6 +31,8 @@ from bench.common import (
     add_common,
     bench_spark,
     command_line,
+    delta_history,
+    delta_path_sql,
     json_out,
     median,
     same_table,
@@ -67,7 +69,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    from delta.tables import DeltaTable
     from pyspark.sql import functions as F
 
     from airflow_provider_fkjoin.engine import run_spec
@@ -76,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     props = {"delta.enableChangeDataFeed": "true", "delta.enableDeletionVectors": "true"}
     candidates = ("engine refresh", "floor, separate actions", "floor, one action", "full recompute")
 
-    def write(frame, path: str, mode: str = "errorifexists") -> None:
+    def write(frame, path: str, mode: str = "error") -> None:  # "error": Connect has no "errorifexists"
         writer = frame.write.format("delta").mode(mode)
         for key, value in props.items():
             writer = writer.option(key, value)
@@ -137,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     right_step = max(args.right_rows // max(args.change_right, 1), 1)
 
     def latest(path: str) -> int:
-        return DeltaTable.forPath(spark, path).history(1).first()["version"]
+        return delta_history(spark, path, 1).first()["version"]
 
     def change_inputs(i: int) -> dict[str, tuple[int, int, int, int]]:
         """Batch ``i`` on every copy; returns each copy's versions (orders from, to, customers from, to).
@@ -163,11 +164,11 @@ def main(argv: list[str] | None = None) -> int:
                 )
             else:
                 spark.sql(
-                    f"UPDATE delta.`{p['orders']}` SET amount = amount + 1 "
+                    f"UPDATE {delta_path_sql(p['orders'])} SET amount = amount + 1 "
                     f"WHERE order_id % {left_step} = {i % left_step}"
                 )
                 spark.sql(
-                    f"UPDATE delta.`{p['customers']}` SET name = concat(name, 'x') "
+                    f"UPDATE {delta_path_sql(p['customers'])} SET name = concat(name, 'x') "
                     f"WHERE customer_id % {right_step} = {i % right_step}"
                 )
             versions[name] = (before[0] + 1, latest(p["orders"]), before[1] + 1, latest(p["customers"]))
