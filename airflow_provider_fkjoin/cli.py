@@ -360,11 +360,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{ERROR_PREFIX}{type(exc).__name__}: {_summary(exc)}", file=sys.stderr)
         for line in root_cause_lines(exc):
             print(line, file=sys.stderr)
-        for note in getattr(exc, "__notes__", None) or []:
-            print(f"note: {note}", file=sys.stderr)
         if args.verbose:
-            traceback.print_exception(exc, file=sys.stderr)
+            traceback.print_exception(exc, file=sys.stderr)  # its notes included
         else:
+            for note in getattr(exc, "__notes__", None) or []:
+                print(f"note: {note}", file=sys.stderr)
             print("(run with -v for the Python traceback)", file=sys.stderr)
         sys.stderr.flush()
         return EXIT_ERROR

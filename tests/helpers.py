@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -782,3 +783,14 @@ def oracle(spark, result: dict, how: str = "inner") -> dict[int, tuple]:
 
 def output_state(spark, path: Path) -> dict[int, tuple]:
     return {r["order_id"]: (r["customer_id"], r["amount"], r["name"]) for r in rows_at(spark, path)}
+
+
+@contextmanager
+def small_refresh_bound(spark: SparkSession, adaptive: bool) -> Iterator[None]:
+    """With ``adaptive``, refreshes run as large ones do (``spark.fkjoin.smallRefreshBytes=0``)."""
+    if adaptive:
+        spark.conf.set("spark.fkjoin.smallRefreshBytes", "0")
+    try:
+        yield
+    finally:
+        spark.conf.unset("spark.fkjoin.smallRefreshBytes")

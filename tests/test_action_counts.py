@@ -53,6 +53,7 @@ from test_windowed_table import ERRORS, MINUTE, WEEK, errors_row, output_of, scr
 from windowed_model import Event, StreamJoinModel
 
 from airflow_provider_fkjoin.engine import SpecError, run_spec
+from airflow_provider_fkjoin.engine.core.trace import phase_listener
 
 
 class Counted(NamedTuple):
@@ -190,17 +191,20 @@ def test_a_small_refresh_runs_without_adaptive_execution_and_restores_the_sessio
     spark: SparkSession, fk_tables: dict[str, Any]
 ) -> None:
     """Under ``spark.fkjoin.smallRefreshBytes`` the refresh turns adaptive execution off for itself (each
-    query stage is then not a job of its own) and gives the session back as it was; at 0 it keeps
-    adaptive execution, and runs more jobs for the same output."""
+    query stage is then not a job of its own), on one shuffle partition for these few kilobytes, and gives
+    the session back as it was, after a failed refresh too; at 0 it keeps the session's settings, and runs
+    more jobs for the same output."""
     spec, out = fk_tables["spec"], fk_tables["out"]
     orders, customers = str(fk_tables["orders"]), str(fk_tables["customers"])
     run_spec(spec, spark=spark)
     DeltaTable.forPath(spark, orders).update("order_id = 3", {"amount": F.lit(0.5)})
     run_spec(spec, spark=spark)
-    before = {
-        key: spark.conf.get(key, None)
-        for key in ("spark.sql.adaptive.enabled", "spark.sql.shuffle.partitions")
-    }
+    keys = ("spark.sql.adaptive.enabled", "spark.sql.shuffle.partitions")
+    seen: list[tuple[str | None, ...]] = []
+
+    def settings_at(name: str) -> None:
+        if name == "changes_read":
+            seen.append(tuple(spark.conf.get(key, None) for key in keys))
 
     def refresh_after_a_change(order: int, customer: int, limit: str | None) -> Counted:
         DeltaTable.forPath(spark, orders).update(f"order_id = {order}", {"amount": F.lit(order / 2)})
@@ -208,18 +212,34 @@ def test_a_small_refresh_runs_without_adaptive_execution_and_restores_the_sessio
         if limit is not None:
             spark.conf.set("spark.fkjoin.smallRefreshBytes", limit)
         try:
-            return counted(spark, lambda: run_spec(spec, spark=spark))
+            with phase_listener(settings_at):
+                return counted(spark, lambda: run_spec(spec, spark=spark))
         finally:
             spark.conf.unset("spark.fkjoin.smallRefreshBytes")
 
-    adaptive = refresh_after_a_change(7, 5, "0")
-    assert output_state(spark, out) == oracle(spark, adaptive.result)
-    small = refresh_after_a_change(9, 6, None)
-    assert output_state(spark, out) == oracle(spark, small.result)
+    spark.conf.set("spark.sql.shuffle.partitions", "16")
+    session_before = {"spark.sql.adaptive.enabled": "true", "spark.sql.shuffle.partitions": "16"}
+    try:
+        adaptive = refresh_after_a_change(7, 5, "0")
+        assert output_state(spark, out) == oracle(spark, adaptive.result)
+        small = refresh_after_a_change(9, 6, None)
+        assert output_state(spark, out) == oracle(spark, small.result)
+        assert seen == [("true", "16"), ("false", "1")]
+        assert {key: spark.conf.get(key) for key in keys} == session_before
+
+        def fail_at(name: str) -> None:
+            if name == "changes_read":
+                raise RuntimeError("the refresh failed here")
+
+        DeltaTable.forPath(spark, orders).update("order_id = 11", {"amount": F.lit(3.0)})
+        with phase_listener(fail_at), pytest.raises(RuntimeError, match="the refresh failed here"):
+            run_spec(spec, spark=spark)
+        assert {key: spark.conf.get(key) for key in keys} == session_before
+    finally:
+        spark.conf.set("spark.sql.shuffle.partitions", "2")
     assert (adaptive.result["write_path"], small.result["write_path"]) == ("net_changes", "net_changes")
     assert small.result["rows"]["updated"] == adaptive.result["rows"]["updated"] == 11
     assert small.jobs < adaptive.jobs, (small.jobs, adaptive.jobs)
-    assert {key: spark.conf.get(key, None) for key in before} == before
 
 
 def test_a_bad_small_refresh_bound_names_the_setting(spark: SparkSession, fk_tables: dict[str, Any]) -> None:

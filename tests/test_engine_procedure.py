@@ -223,13 +223,12 @@ def test_a_session_without_the_engine_jar_is_told_so(spark, monkeypatch) -> None
     assert reason is not None and reason.startswith("the Spark session has no engine jar"), reason
 
 
-def test_a_failure_that_is_not_a_missing_jar_is_not_remembered(monkeypatch) -> None:
-    """A dropped connection while asking makes this refresh MERGE; the next refresh asks again (a missing
-    jar is remembered for the session's life: the test above)."""
-    answers: list[Exception | dict] = [
-        ConnectionError("<_MultiThreadedRendezvous: StatusCode.UNAVAILABLE: failed to connect>"),
-        {"protocol": 1, "status": "ready"},
-    ]
+class _Session:  # weak-referenceable and hashable, as the answers are kept by session
+    pass
+
+
+def _asked(monkeypatch, answers: list[Exception | dict]) -> _Session:
+    """A session whose describe calls answer (or raise) ``answers`` in turn."""
 
     def describe(session: object, action: str, **fields: object) -> dict:
         answer = answers.pop(0)
@@ -237,12 +236,25 @@ def test_a_failure_that_is_not_a_missing_jar_is_not_remembered(monkeypatch) -> N
             raise answer
         return answer
 
-    class Session:  # weak-referenceable, hashable: what the cache keys on
-        pass
-
-    session = Session()
     monkeypatch.setattr(engine_procedure, "call", describe)
     monkeypatch.setattr(engine_procedure, "_checked", weakref.WeakKeyDictionary())
+    return _Session()
+
+
+@pytest.mark.parametrize(
+    "lost",
+    [
+        ConnectionError("connection reset by peer"),
+        RuntimeError(
+            "<_MultiThreadedRendezvous: StatusCode.UNAVAILABLE: failed to connect to all addresses>"
+        ),
+    ],
+)
+def test_a_question_that_did_not_reach_the_jvm_is_asked_again(monkeypatch, lost: Exception) -> None:
+    """A dropped connection while asking makes this refresh MERGE; the next refresh asks again, and then
+    the answer is kept."""
+    answers: list[Exception | dict] = [lost, {"protocol": 1, "status": "ready"}]
+    session = _asked(monkeypatch, answers)
     first = engine_procedure.unavailable_reason(session)  # type: ignore[arg-type]
     assert first is not None and first.startswith("the engine procedure could not be reached this time"), (
         first
@@ -250,3 +262,11 @@ def test_a_failure_that_is_not_a_missing_jar_is_not_remembered(monkeypatch) -> N
     assert engine_procedure.unavailable_reason(session) is None  # type: ignore[arg-type]
     assert engine_procedure.unavailable_reason(session) is None  # type: ignore[arg-type]
     assert answers == []
+
+
+def test_any_other_failure_to_answer_is_kept_for_the_session(monkeypatch) -> None:
+    answers: list[Exception | dict] = [RuntimeError("[INTERNAL_ERROR] the catalog failed to initialise")]
+    session = _asked(monkeypatch, answers)
+    reason = engine_procedure.unavailable_reason(session)  # type: ignore[arg-type]
+    assert reason == "the Spark session has no engine jar ([INTERNAL_ERROR] the catalog failed to initialise)"
+    assert engine_procedure.unavailable_reason(session) == reason  # type: ignore[arg-type]  # not asked again

@@ -11,11 +11,10 @@ the oracle on every key, one net change per changed key in the output's change f
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
-from helpers import Batch, OutputSpec, Row, World
+from helpers import Batch, OutputSpec, Row, World, small_refresh_bound
 from hypothesis import given
 from hypothesis import strategies as st
 from pyspark.sql import SparkSession
@@ -82,17 +81,6 @@ def play(world: World, steps: list[Any], refresh: Callable[[], None]) -> None:
         pending = True
     if pending:
         refresh()
-
-
-@contextmanager
-def small_refresh_bound(spark: SparkSession, adaptive: bool) -> Iterator[None]:
-    """With ``adaptive``, refreshes run as large ones do (``spark.fkjoin.smallRefreshBytes=0``)."""
-    if adaptive:
-        spark.conf.set("spark.fkjoin.smallRefreshBytes", "0")
-    try:
-        yield
-    finally:
-        spark.conf.unset("spark.fkjoin.smallRefreshBytes")
 
 
 @given(plan=plans(), adaptive=st.booleans())

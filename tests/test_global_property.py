@@ -12,7 +12,7 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 
-from helpers import append_rows, create_table, read_rows
+from helpers import append_rows, create_table, read_rows, small_refresh_bound
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -38,54 +38,60 @@ def latest_state(events: list[dict]) -> dict:
     return {k: e["name"] for k, e in latest.items() if e["op"] != "d"}
 
 
-@given(steps=st.lists(STEP, min_size=1, max_size=3), how=st.sampled_from(["inner", "left"]), data=st.data())
-def test_global_table_and_lookup_join_match_oracle(spark, steps, how, data) -> None:
-    warehouse = Path(tempfile.mkdtemp(prefix="gtprop-"))
-    cdc, glob, orders, out = (warehouse / n for n in ("cdc", "global", "orders", "out"))
-    total = sum(len(s["events"]) for s in steps)
-    lsns = iter(data.draw(st.permutations(list(range(total))), label="lsn order"))  # arrival != lsn order
-    create_table(spark, cdc, [], "id long, op string, lsn long, name string")
-    create_table(spark, orders, [], "order_id long, pid long")
-    boot = {
-        "kind": "global_table_bootstrap",
-        "source": {"path": str(cdc), "key": ["id"], "changelog": {"op_column": "op", "order_by": "lsn"}},
-        "output": {"path": str(glob)},
-    }
-    join = {
-        "kind": "stream_table_join",
-        "stream": {"path": str(orders)},
-        "table": {"path": str(glob), "key": ["id"]},
-        "key_mapper": ["pid"],
-        "how": how,
-        "columns": {"order_id": "s.order_id", "name": "t.name"},
-        "allow_unbootstrapped_table": True,
-        "output": {"path": str(out)},
-    }
-    events: list[dict] = []
-    table_at_checkpoint: dict = {}
-    expected_output: Counter = Counter()
-    next_order = 0
-    for index, step in enumerate(steps):
-        batch = [{"id": k, "op": op, "lsn": next(lsns), "name": f"n{v}"} for k, op, v in step["events"]]
-        if batch:
-            append_rows(spark, cdc, batch)
-            events += batch
-        if step["bootstrap"] or index == 0:
-            result = run_spec(boot, spark=spark)
-            assert result["caught_up"] and result["checkpoint"] == result["high_watermark"]
-            table_at_checkpoint = latest_state(events)
-            got = {r["id"]: r["name"] for r in read_rows(spark, glob)}
-            assert got == table_at_checkpoint
-        records = []
-        for pid in step["records"]:
-            records.append({"order_id": next_order, "pid": pid})
-            next_order += 1
-        if records:
-            append_rows(spark, orders, records)
-        run_spec(join, spark=spark)
-        for record in records:
-            name = table_at_checkpoint.get(record["pid"]) if record["pid"] is not None else None
-            if name is not None or how == "left":
-                expected_output[(record["order_id"], name)] += 1
-        got_output = Counter((r["order_id"], r["name"]) for r in read_rows(spark, out))
-        assert got_output == expected_output
+@given(
+    steps=st.lists(STEP, min_size=1, max_size=3),
+    how=st.sampled_from(["inner", "left"]),
+    data=st.data(),
+    adaptive=st.booleans(),
+)
+def test_global_table_and_lookup_join_match_oracle(spark, steps, how, data, adaptive) -> None:
+    with small_refresh_bound(spark, adaptive):
+        warehouse = Path(tempfile.mkdtemp(prefix="gtprop-"))
+        cdc, glob, orders, out = (warehouse / n for n in ("cdc", "global", "orders", "out"))
+        total = sum(len(s["events"]) for s in steps)
+        lsns = iter(data.draw(st.permutations(list(range(total))), label="lsn order"))  # arrival != lsn order
+        create_table(spark, cdc, [], "id long, op string, lsn long, name string")
+        create_table(spark, orders, [], "order_id long, pid long")
+        boot = {
+            "kind": "global_table_bootstrap",
+            "source": {"path": str(cdc), "key": ["id"], "changelog": {"op_column": "op", "order_by": "lsn"}},
+            "output": {"path": str(glob)},
+        }
+        join = {
+            "kind": "stream_table_join",
+            "stream": {"path": str(orders)},
+            "table": {"path": str(glob), "key": ["id"]},
+            "key_mapper": ["pid"],
+            "how": how,
+            "columns": {"order_id": "s.order_id", "name": "t.name"},
+            "allow_unbootstrapped_table": True,
+            "output": {"path": str(out)},
+        }
+        events: list[dict] = []
+        table_at_checkpoint: dict = {}
+        expected_output: Counter = Counter()
+        next_order = 0
+        for index, step in enumerate(steps):
+            batch = [{"id": k, "op": op, "lsn": next(lsns), "name": f"n{v}"} for k, op, v in step["events"]]
+            if batch:
+                append_rows(spark, cdc, batch)
+                events += batch
+            if step["bootstrap"] or index == 0:
+                result = run_spec(boot, spark=spark)
+                assert result["caught_up"] and result["checkpoint"] == result["high_watermark"]
+                table_at_checkpoint = latest_state(events)
+                got = {r["id"]: r["name"] for r in read_rows(spark, glob)}
+                assert got == table_at_checkpoint
+            records = []
+            for pid in step["records"]:
+                records.append({"order_id": next_order, "pid": pid})
+                next_order += 1
+            if records:
+                append_rows(spark, orders, records)
+            run_spec(join, spark=spark)
+            for record in records:
+                name = table_at_checkpoint.get(record["pid"]) if record["pid"] is not None else None
+                if name is not None or how == "left":
+                    expected_output[(record["order_id"], name)] += 1
+            got_output = Counter((r["order_id"], r["name"]) for r in read_rows(spark, out))
+            assert got_output == expected_output

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import read_table, table_version
+from helpers import read_table, small_refresh_bound, table_version
 from hypothesis import example, given
 from hypothesis import strategies as st
 from multiway_model import Row
@@ -250,46 +250,47 @@ DOUBLE_COUNT_TRAPS = {
 }
 
 
-@given(plan=plans())
-@example(plan=DOUBLE_COUNT_TRAPS).via("four inputs, partners changing together, N:M buckets")
+@given(plan=plans(), adaptive=st.booleans())
+@example(plan=DOUBLE_COUNT_TRAPS, adaptive=False).via("four inputs, partners changing together, N:M buckets")
 def test_refreshes_equal_the_model_recomputed(
-    spark: SparkSession, tmp_path_factory: pytest.TempPathFactory, plan: dict[str, Any]
+    spark: SparkSession, tmp_path_factory: pytest.TempPathFactory, plan: dict[str, Any], adaptive: bool
 ) -> None:
-    names = NAMES[: plan["inputs"]]
-    root: Path = tmp_path_factory.mktemp("multiway_prop")
-    rows = {
-        name: [make_row(name, k, jk, v, s) for k, (jk, v, s) in plan["initial"][name].items()]
-        for name in names
-    }
-    world = World.create(spark, root, spec_inputs(plan), {n: schema(n) for n in names}, rows)
-    previous: dict[tuple, Row] = {}
+    with small_refresh_bound(spark, adaptive):
+        names = NAMES[: plan["inputs"]]
+        root: Path = tmp_path_factory.mktemp("multiway_prop")
+        rows = {
+            name: [make_row(name, k, jk, v, s) for k, (jk, v, s) in plan["initial"][name].items()]
+            for name in names
+        }
+        world = World.create(spark, root, spec_inputs(plan), {n: schema(n) for n in names}, rows)
+        previous: dict[tuple, Row] = {}
 
-    def refresh(want_mode: str) -> None:
-        nonlocal previous
-        before = world.versions[-1] if world.versions else None
-        result = world.refresh(write_path=plan["write_path"])  # output = model, clean change feed
-        shown = f"{result['mode']} ({result['reason']}), warnings {result['warnings']}"
-        assert result["mode"] == want_mode, f"expected a {want_mode} refresh, got {shown}"
-        latest = {name: table_version(spark, world.path(name)) for name in names}
-        pinned = {name: result["inputs"][name]["to_version"] for name in names}
-        assert pinned == latest, "a refresh pins every input at its latest version"
-        now = world.expected()
-        assert model_at(spark, world, pinned) == now, (
-            "the inputs at the pinned versions are what the model joined"
-        )
-        output = world.versions[-1]
-        assert result["output"]["version"] == output
-        if want_mode == "incremental":
-            assert output == before + 1, "an incremental refresh is one output commit"
-            path = "merge" if plan["write_path"] == "merge" else "net_changes"
-            assert result["write_path"] == path, shown
-        elif want_mode == "noop":
-            assert output == before
-        counts = {kind: result["rows"][kind] for kind in ("inserted", "updated", "deleted")}
-        assert counts == net_counts(previous, now), f"result counts vs the model's diff; {shown}"
-        previous = now
+        def refresh(want_mode: str) -> None:
+            nonlocal previous
+            before = world.versions[-1] if world.versions else None
+            result = world.refresh(write_path=plan["write_path"])  # output = model, clean change feed
+            shown = f"{result['mode']} ({result['reason']}), warnings {result['warnings']}"
+            assert result["mode"] == want_mode, f"expected a {want_mode} refresh, got {shown}"
+            latest = {name: table_version(spark, world.path(name)) for name in names}
+            pinned = {name: result["inputs"][name]["to_version"] for name in names}
+            assert pinned == latest, "a refresh pins every input at its latest version"
+            now = world.expected()
+            assert model_at(spark, world, pinned) == now, (
+                "the inputs at the pinned versions are what the model joined"
+            )
+            output = world.versions[-1]
+            assert result["output"]["version"] == output
+            if want_mode == "incremental":
+                assert output == before + 1, "an incremental refresh is one output commit"
+                path = "merge" if plan["write_path"] == "merge" else "net_changes"
+                assert result["write_path"] == path, shown
+            elif want_mode == "noop":
+                assert output == before
+            counts = {kind: result["rows"][kind] for kind in ("inserted", "updated", "deleted")}
+            assert counts == net_counts(previous, now), f"result counts vs the model's diff; {shown}"
+            previous = now
 
-    refresh("full")
-    for ops in plan["refreshes"]:
-        committed = apply_changes(world, ops)
-        refresh("incremental" if committed else "noop")
+        refresh("full")
+        for ops in plan["refreshes"]:
+            committed = apply_changes(world, ops)
+            refresh("incremental" if committed else "noop")

@@ -95,7 +95,7 @@ def test_the_connect_servers_exact_argv(monkeypatch: pytest.MonkeyPatch, tmp_pat
         "--conf", f"spark.driver.extraJavaOptions=-Dlog4j.configurationFile=file:{ENGINE_LOG4J}",
         "--conf", "spark.ui.retainedJobs=200",
         "--conf", "spark.ui.retainedStages=200",
-        "--conf", "spark.ui.retainedTasks=2000",
+        "--conf", "spark.ui.retainedTasks=1000",
         "--conf", "spark.sql.ui.retainedExecutions=200",
         "--conf", "spark.sql.connect.ui.retainedSessions=50",
         "--conf", "spark.sql.connect.ui.retainedStatements=200",
@@ -122,33 +122,87 @@ def test_delta_jar_version_is_named_once_and_fits_the_pinned_package():
 
 
 ADAPTIVE = {"spark.sql.adaptive.enabled": "true", "spark.sql.shuffle.partitions": "200"}
-SMALL = {"spark.sql.adaptive.enabled": "false", "spark.sql.shuffle.partitions": "4"}
+
+
+def small(partitions: int) -> dict[str, str]:
+    return {"spark.sql.adaptive.enabled": "false", "spark.sql.shuffle.partitions": str(partitions)}
 
 
 @pytest.mark.parametrize(
-    ("read_bytes", "current", "settings"),
+    ("table_bytes", "current", "settings"),
     [
-        (0, ADAPTIVE, SMALL),  # a first run: no output yet, empty inputs
-        (SMALL_REFRESH_BYTES, ADAPTIVE, SMALL),
+        (0, ADAPTIVE, small(1)),  # a first run: no output yet, empty inputs
+        (10, {}, small(1)),  # Spark's defaults: adaptive on, 200 partitions
+        (SMALL_REFRESH_BYTES, ADAPTIVE, small(4)),  # a partition per 32 MiB
         (SMALL_REFRESH_BYTES + 1, ADAPTIVE, {}),
         (None, ADAPTIVE, {}),  # a table whose size is unknown
-        (10, {}, SMALL),  # Spark's defaults: adaptive on, 200 partitions
-        (
-            10,
-            {**ADAPTIVE, "spark.sql.shuffle.partitions": "2"},
-            {**SMALL, "spark.sql.shuffle.partitions": "2"},
-        ),
+        (SMALL_REFRESH_BYTES, {**ADAPTIVE, "spark.sql.shuffle.partitions": "2"}, small(2)),  # never more
         (10, {**ADAPTIVE, "spark.sql.adaptive.enabled": "false"}, {}),  # the session's own choice stands
         (10, {**ADAPTIVE, "spark.fkjoin.smallRefreshBytes": "0"}, {}),  # turned off
-        (2**30, {**ADAPTIVE, "spark.fkjoin.smallRefreshBytes": str(2**31)}, SMALL),
+        (0, {**ADAPTIVE, "spark.fkjoin.smallRefreshBytes": "0"}, {}),  # off even for empty tables
+        (2**30, {**ADAPTIVE, "spark.fkjoin.smallRefreshBytes": str(2**31)}, small(32)),
     ],
 )
 def test_a_small_refresh_runs_without_adaptive_execution(
-    read_bytes: int | None, current: dict[str, str], settings: dict[str, str]
+    table_bytes: int | None, current: dict[str, str], settings: dict[str, str]
 ) -> None:
-    assert small_refresh_settings(read_bytes, current) == settings
+    assert small_refresh_settings(table_bytes, current) == settings
 
 
 def test_a_small_refresh_bound_must_be_bytes() -> None:
     with pytest.raises(SpecError, match=r"spark\.fkjoin\.smallRefreshBytes='1g': give a number of bytes"):
         small_refresh_settings(10, {"spark.fkjoin.smallRefreshBytes": "1g"})
+
+
+class FakeConf:
+    """A session's runtime conf: get, set, unset (what ``small_refresh`` uses)."""
+
+    def __init__(self, values: dict[str, str]) -> None:
+        self.values = dict(values)
+
+    def get(self, key: str, default: str | None = None) -> str | None:
+        return self.values.get(key, default)
+
+    def set(self, key: str, value: str) -> None:
+        self.values[key] = value
+
+    def unset(self, key: str) -> None:
+        self.values.pop(key, None)
+
+
+class FakeSession:
+    def __init__(self, values: dict[str, str]) -> None:
+        self.conf = FakeConf(values)
+
+
+def test_overlapping_refreshes_of_one_session_give_it_back_as_it_was() -> None:
+    """Two refreshes sharing a session (threads): the second runs under the settings the first chose, and
+    the session's own values come back when the last one ends, whatever order they end in."""
+    from airflow_provider_fkjoin.engine.runtime.session import small_refresh
+
+    session = FakeSession({"spark.sql.adaptive.enabled": "true", "spark.sql.shuffle.partitions": "16"})
+    own = dict(session.conf.values)
+    first = small_refresh(session, 10)  # type: ignore[arg-type]
+    second = small_refresh(session, 10 * 2**30)  # type: ignore[arg-type]  # large: it chooses nothing
+    assert first.__enter__() == small(1)
+    assert second.__enter__() == small(1)  # the first one's settings hold the session
+    first.__exit__(None, None, None)
+    assert session.conf.values == {**own, **small(1)}  # the second still runs
+    second.__exit__(None, None, None)
+    assert session.conf.values == own
+    with small_refresh(session, 10 * 2**30) as settings:  # type: ignore[arg-type]
+        assert settings == {} and session.conf.values == own
+
+
+def test_a_value_that_cannot_be_put_back_never_hides_the_refreshs_own_error(caplog) -> None:
+    from airflow_provider_fkjoin.engine.runtime.session import small_refresh
+
+    session = FakeSession({"spark.sql.adaptive.enabled": "true", "spark.sql.shuffle.partitions": "16"})
+
+    def set_fails(key: str, value: str) -> None:
+        raise ConnectionError("the session is gone")
+
+    with pytest.raises(ValueError, match="the refresh's own error"), small_refresh(session, 10):  # type: ignore[arg-type]
+        session.conf.set = set_fails  # type: ignore[method-assign]
+        raise ValueError("the refresh's own error")
+    assert "could not set spark.sql.adaptive.enabled back to 'true'" in caplog.text

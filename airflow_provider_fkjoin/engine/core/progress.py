@@ -139,7 +139,7 @@ def read_output_log(output: DeltaHandle) -> OutputLog:
     """Read the output's progress, others' changes since it, and the refresh sequence (see OutputLog)."""
     if not output.exists():
         return OutputLog(None, None, transaction_app_id(output.ref.identity), 0, None)
-    state = output.state()
+    state = output.state(with_size=True)
     app_id = transaction_app_id(state.table_id)
     scan = scan_history(output.history(HISTORY_SCAN), output.location)
     recorded = output.transaction_version(app_id) or 0

@@ -202,8 +202,9 @@ class DeltaHandle:
             table.update_incremental()
         return table
 
-    def state(self) -> TableState:
-        """The latest version, table id and properties, read from the Delta log (no data scan).
+    def state(self, *, with_size: bool = False) -> TableState:
+        """The latest version, table id and properties, read from the Delta log (no data scan); with
+        ``with_size``, the bytes of its data files too (a table read through Spark always has them).
 
         Local tables are read with ``deltalake`` (milliseconds, no Spark job); others through Spark.
         """
@@ -215,7 +216,7 @@ class DeltaHandle:
                 version=int(table.version()),
                 table_id=str(metadata.id),
                 properties=dict(metadata.configuration),
-                size_bytes=sum(table.get_add_actions(flatten=True).column("size_bytes").to_pylist()),
+                size_bytes=data_file_bytes(table) if with_size else None,
             )
         detail = self.detail()
         version = self.history(1)[0]["version"]
@@ -408,6 +409,12 @@ def values_equal(left_alias: str, right_alias: str, columns: list[tuple[str, T.D
     return " AND ".join(terms) or "TRUE"
 
 
+def data_file_bytes(log: deltalake.DeltaTable) -> int:
+    """The bytes of the data files of a loaded Delta log's version (from its add actions; no scan)."""
+    sizes = log.get_add_actions(flatten=False).column("size_bytes").to_pylist()
+    return int(sum(size for size in sizes if size is not None))
+
+
 def table_size_bytes(table: DeltaHandle, version: int | None = None) -> int:
     """The table's size on disk (sum of its data files) at ``version``: what a broadcast would carry.
 
@@ -419,8 +426,7 @@ def table_size_bytes(table: DeltaHandle, version: int | None = None) -> int:
     """
     local = table.local_path
     if local is not None:
-        actions = deltalake.DeltaTable(str(local), version=version).get_add_actions(flatten=True)
-        return int(sum(value for value in actions.column("size_bytes").to_pylist() if value is not None))
+        return data_file_bytes(deltalake.DeltaTable(str(local), version=version))
     if version is None:
         return int(table.detail()["sizeInBytes"] or 0)
     files = table.read(version).inputFiles()

@@ -339,10 +339,10 @@ def _incremental(
         for changes in empty:
             changes.release()
         raise
-    phase("changes_read")
     cached: list[DataFrame] = []
     net: NetChanges | None = None
     try:
+        phase("changes_read")
         affected = _affected(
             spec, shape, left, right, to_versions, left_df, right_df, left_changes, right_changes, cached
         )

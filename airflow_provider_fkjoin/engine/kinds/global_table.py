@@ -221,10 +221,10 @@ def _incremental_table(
     their net changes; each key's previous value is its first pre-image in the feed."""
     direct = refresh.direct_write_possible()
     changes = changed_keys(source, shape.key, after, to, source_df.columns if direct else None)
-    phase("changes_read")
     cached: list[DataFrame] = []
     net: NetChanges | None = None
     try:
+        phase("changes_read")
         keys = maybe_broadcast(changes.keys, changes.count)
         rows = source_df.where(~key_is_null(shape.key)).join(keys, on=shape.key, how="left_semi").persist()
         cached.append(rows)

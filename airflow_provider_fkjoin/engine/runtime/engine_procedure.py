@@ -35,24 +35,28 @@ _checked: weakref.WeakKeyDictionary[SparkSession, str | None] = weakref.WeakKeyD
 _registered: weakref.WeakSet[SparkSession] = weakref.WeakSet()
 
 
-#: What Spark says when the session's JVM cannot load the engine's catalog: the jar is not there.
-_JAR_MISSING = ("CATALOG_PLUGIN_CLASS_NOT_FOUND", "ClassNotFoundException", "NoClassDefFoundError")
+#: Failures that say nothing about the session's JVM: the client could not reach it this time (Spark
+#: Connect's gRPC status, py4j's gateway).
+_TRANSIENT = (
+    "StatusCode.UNAVAILABLE",
+    "StatusCode.DEADLINE_EXCEEDED",
+    "Py4JNetworkError",
+    "Connection refused",
+)
 
 
 def unavailable_reason(spark: SparkSession) -> str | None:
     """Why ``spark`` cannot run the engine's procedure (its JVM has no engine jar), or None when it can.
 
-    Asked by asking the procedure to describe itself. The answer is kept for the session's life when it
-    is final: the procedure is there, the JVM cannot load its class, or a jar of another protocol
-    answered. Any other failure (a dropped connection, a server restarting) is this refresh's reason to
-    MERGE, and the next refresh asks again.
+    Asked by asking the procedure to describe itself, once per session: the answer holds for the
+    session's life (the jar is in its JVM or not), unless the question did not reach the JVM (a dropped
+    connection, a server restarting): then this refresh MERGEs and the next one asks again.
 
     >>> unavailable_reason(spark_without_the_jar)
     "the Spark session has no engine jar ([CATALOG_PLUGIN_CLASS_NOT_FOUND] Cannot find catalog ...)"
     """
     if spark in _checked:
         return _checked[spark]
-    final = True
     reason: str | None = None
     try:
         answer = call(spark, "describe")
@@ -63,13 +67,11 @@ def unavailable_reason(spark: SparkSession) -> str | None:
     except Exception as error:
         text = str(error).strip()
         first_line = text.splitlines()[0] if text else type(error).__name__
-        final = any(signature in text for signature in _JAR_MISSING)
-        if final:
-            reason = f"the Spark session has no engine jar ({first_line[:300]})"
-        else:
-            reason = f"the engine procedure could not be reached this time ({first_line[:300]})"
-    if final:
-        _checked[spark] = reason
+        named = f"{type(error).__name__}: {text}"
+        if isinstance(error, ConnectionError) or any(sign in named for sign in _TRANSIENT):
+            return f"the engine procedure could not be reached this time ({first_line[:300]})"
+        reason = f"the Spark session has no engine jar ({first_line[:300]})"
+    _checked[spark] = reason
     return reason
 
 

@@ -14,13 +14,20 @@ runtime settings (time zone, ...) it sets itself.
 from __future__ import annotations
 
 import json
+import logging
 import os
-from collections.abc import Mapping
+import threading
+import weakref
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
 
 from pyspark.sql import SparkSession
 
 from ..core.errors import SpecError
 from .packaging import DELTA_MAVEN_COORDINATE, ENGINE_LOG4J, delta_jars, local_jars
+
+log = logging.getLogger(__name__)
 
 DEFAULT_CONF: dict[str, str] = {
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
@@ -49,12 +56,13 @@ CONNECT_SESSION_CONF: dict[str, str] = {
     "spark.databricks.delta.properties.defaults.enableChangeDataFeed": "false",
 }
 #: A Connect server's own defaults: Spark's status store (kept with the UI off too) holds up to 1,000 jobs,
-#: stages and SQL executions and 100,000 tasks, so a server's memory would grow over its first few hundred
-#: refreshes (a refresh runs some 30 jobs); a few refreshes' worth is enough to look into one.
+#: stages and SQL executions, with up to 100,000 tasks per stage, so a server's memory would grow over its
+#: first few hundred refreshes (a refresh runs some 30 jobs); the last few refreshes' worth is enough to
+#: look into one.
 CONNECT_SERVER_CONF: dict[str, str] = {
     "spark.ui.retainedJobs": "200",
     "spark.ui.retainedStages": "200",
-    "spark.ui.retainedTasks": "2000",
+    "spark.ui.retainedTasks": "1000",
     "spark.sql.ui.retainedExecutions": "200",
     "spark.sql.connect.ui.retainedSessions": "50",
     "spark.sql.connect.ui.retainedStatements": "200",
@@ -64,28 +72,32 @@ CONNECT_SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 CONNECT_DEFAULT_PORT = 15002
 
 
-#: The session setting that bounds a small refresh (bytes of the inputs' and output's data files); 0 turns
-#: the small-refresh settings off.
+#: The session setting that bounds a small refresh (bytes of the data files of the tables it reads); 0
+#: turns the small-refresh settings off.
 SMALL_REFRESH_BYTES_CONF = "spark.fkjoin.smallRefreshBytes"
-SMALL_REFRESH_BYTES = 256 * 1024 * 1024
-#: A small refresh's shuffle partitions, at most (fewer when the session has fewer).
-SMALL_REFRESH_SHUFFLE_PARTITIONS = 4
+SMALL_REFRESH_BYTES = 128 * 1024 * 1024
+#: A small refresh's shuffle partitions: one per this many bytes of its tables (at least one, at most the
+#: session's own number).
+SMALL_REFRESH_PARTITION_BYTES = 32 * 1024 * 1024
+#: The session settings :func:`small_refresh_settings` decides on.
+SMALL_REFRESH_KEYS = (SMALL_REFRESH_BYTES_CONF, "spark.sql.adaptive.enabled", "spark.sql.shuffle.partitions")
 
 
-def small_refresh_settings(read_bytes: int | None, current: Mapping[str, str | None]) -> dict[str, str]:
-    """The session settings for a refresh whose tables hold ``read_bytes`` (None: unknown), given the
-    session's ``current`` values of :data:`SMALL_REFRESH_BYTES_CONF`, ``spark.sql.adaptive.enabled`` and
-    ``spark.sql.shuffle.partitions``; empty when the refresh is not small.
+def small_refresh_settings(table_bytes: int | None, current: Mapping[str, str | None]) -> dict[str, str]:
+    """The session settings for a refresh whose tables hold ``table_bytes`` of data files (None: unknown),
+    given the session's ``current`` values of :data:`SMALL_REFRESH_KEYS`; empty when the refresh is not
+    small.
 
-    A refresh runs a fixed number of small Spark executions whatever it reads; adaptive execution splits
-    each into one job per query stage, which on a few megabytes costs more than any plan it could
-    improve (a 1,000-row refresh ran 66 jobs with it and 31 without, in 15% less time). Over
-    :data:`SMALL_REFRESH_BYTES`, adaptive execution stays as the session has it: its run-time join and
-    partition choices are what large refreshes need. A session that already turned it off is left alone.
+    A refresh runs a fixed number of Spark executions whatever it reads. Adaptive execution splits each
+    into one job per query stage; on tables this small every stage is a few tasks, and scheduling it as
+    a job of its own costs more than any plan it could improve (a refresh of a 1,000-row join ran 66
+    jobs with it and 31 without, in 15% less time). Over :data:`SMALL_REFRESH_BYTES`, adaptive
+    execution stays as the session has it: its run-time join and partition choices are what large
+    refreshes need. A session that already turned it off is left alone.
 
     >>> small_refresh_settings(3_000_000, {"spark.sql.adaptive.enabled": "true",
     ...                                    "spark.sql.shuffle.partitions": "200"})
-    {'spark.sql.adaptive.enabled': 'false', 'spark.sql.shuffle.partitions': '4'}
+    {'spark.sql.adaptive.enabled': 'false', 'spark.sql.shuffle.partitions': '1'}
     >>> small_refresh_settings(10 * 2**30, {})
     {}
     """
@@ -97,14 +109,87 @@ def small_refresh_settings(read_bytes: int | None, current: Mapping[str, str | N
             f"conf {SMALL_REFRESH_BYTES_CONF}={limit_text!r}: give a number of bytes (0 turns it off)"
         ) from None
     adaptive = str(current.get("spark.sql.adaptive.enabled") or "true").lower() == "true"
-    if read_bytes is None or read_bytes > limit or not adaptive:
+    if limit <= 0 or table_bytes is None or table_bytes > limit or not adaptive:
         return {}
     partitions = current.get("spark.sql.shuffle.partitions")
     have = int(partitions) if partitions and partitions.isdigit() else 200
+    wanted = -(-table_bytes // SMALL_REFRESH_PARTITION_BYTES)
     return {
         "spark.sql.adaptive.enabled": "false",
-        "spark.sql.shuffle.partitions": str(max(1, min(have, SMALL_REFRESH_SHUFFLE_PARTITIONS))),
+        "spark.sql.shuffle.partitions": str(max(1, min(have, wanted))),
     }
+
+
+@dataclass
+class _SmallRefresh:
+    """The small-refresh settings in force in one session, the values they replaced, and how many
+    refreshes of the session run under them."""
+
+    settings: dict[str, str]
+    replaced: dict[str, str | None]
+    refreshes: int = 0
+
+
+_small_lock = threading.Lock()
+_small_refreshes: weakref.WeakKeyDictionary[SparkSession, _SmallRefresh] = weakref.WeakKeyDictionary()
+
+
+@contextmanager
+def small_refresh(spark: SparkSession, table_bytes: int | None) -> Iterator[dict[str, str]]:
+    """Run a block (one refresh) with :func:`small_refresh_settings` for ``table_bytes``, and give the
+    session back as it was; yields the settings applied (empty: none).
+
+    Session settings are the whole session's: refreshes that share one session from several threads run
+    under the settings the first of them chose, until the last of them ends and the session's own values
+    come back. A failure to put a value back while the block's own error propagates is logged, not raised
+    over that error.
+
+    >>> with small_refresh(spark, 2_000_000) as settings:
+    ...     settings["spark.sql.adaptive.enabled"]
+    'false'
+    """
+    with _small_lock:
+        shared = _small_refreshes.get(spark)
+        if shared is None:
+            current = {key: spark.conf.get(key, None) for key in SMALL_REFRESH_KEYS}
+            settings = small_refresh_settings(table_bytes, current)
+            shared = _SmallRefresh(settings, {key: current[key] for key in settings})
+            try:
+                for key, value in settings.items():
+                    spark.conf.set(key, value)
+            except BaseException:
+                _put_back(spark, shared.replaced, quiet=True)
+                raise
+            _small_refreshes[spark] = shared
+        shared.refreshes += 1
+    try:
+        yield shared.settings
+    except BaseException:
+        _leave_small_refresh(spark, shared, quiet=True)
+        raise
+    _leave_small_refresh(spark, shared, quiet=False)
+
+
+def _leave_small_refresh(spark: SparkSession, shared: _SmallRefresh, *, quiet: bool) -> None:
+    with _small_lock:
+        shared.refreshes -= 1
+        if shared.refreshes == 0:
+            del _small_refreshes[spark]
+            _put_back(spark, shared.replaced, quiet=quiet)
+
+
+def _put_back(spark: SparkSession, values: Mapping[str, str | None], *, quiet: bool) -> None:
+    """Set each of ``values`` back (None: unset); with ``quiet``, log a failure instead of raising it."""
+    for key, value in values.items():
+        try:
+            if value is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, value)
+        except Exception as error:
+            if not quiet:
+                raise
+            log.warning("could not set %s back to %r in the Spark session: %s", key, value, error)
 
 
 def is_connect(spark: SparkSession) -> bool:

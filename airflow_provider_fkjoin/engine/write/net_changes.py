@@ -40,7 +40,7 @@ from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from ..core.errors import ConcurrentRefreshError
+from ..core.errors import ConcurrentRefreshError, FkJoinError
 from ..core.planning import RebuildRequired
 from ..core.progress import metadata_settings, session_settings, with_row_counts, without_commit_metadata
 from ..core.spec import quote
@@ -235,7 +235,8 @@ def commit_net_changes(
                 f"output {output.location}: another refresh committed first; nothing of this refresh was "
                 "written. Retry: the retry continues from the versions the other refresh consumed."
             ) from None
-        error.add_note(f"while committing the net changes of output {output.location}")
+        if not isinstance(error, MergeRequired | RebuildRequired | FkJoinError):
+            error.add_note(f"while committing the net changes of output {output.location}")
         raise
     finally:
         try:

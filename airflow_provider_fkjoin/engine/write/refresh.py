@@ -34,13 +34,12 @@ from ..core.progress import (
     Progress,
     new_progress_metadata,
     read_output_log,
-    session_settings,
 )
 from ..core.spec import spec_field_hashes, spec_fingerprint
 from ..core.trace import phase, phase_timeline
 from ..delta.ownership import Ownership
 from ..delta.tables import DeltaHandle, TableState
-from ..runtime.session import SMALL_REFRESH_BYTES_CONF, small_refresh_settings
+from ..runtime.session import SMALL_REFRESH_BYTES_CONF, small_refresh
 from .merge import Commit, CommitRequest
 from .net_changes import MergeRequired, NetChanges, commit_net_changes, compact_output
 
@@ -389,7 +388,7 @@ def pin_inputs(
     pinned: dict[str, TableState] = {}
     for name, handle in handles.items():
         twin = next((n for n in pinned if handles[n].ref.identity == handle.ref.identity), None)
-        pinned[name] = pinned[twin] if twin is not None else handle.state()
+        pinned[name] = pinned[twin] if twin is not None else handle.state(with_size=True)
     return pinned
 
 
@@ -428,30 +427,27 @@ def _refresh(kind: KindRefresh, options: RunOptions, started: float) -> dict[str
     if plan.mode == "noop":
         phase("committed")
         return kind.result(refresh, plan, None, kind.noop_rows())
-    with session_settings(kind.spark, _execution_settings(kind, states, refresh)):
+    with small_refresh(kind.spark, _table_bytes(kind, states, refresh)) as settings:
+        if settings:
+            log.info(
+                "output %s: a small refresh, run without adaptive execution on %s shuffle partitions (%s)",
+                kind.output.location,
+                settings["spark.sql.shuffle.partitions"],
+                SMALL_REFRESH_BYTES_CONF,
+            )
         return _write(kind, options, refresh, plan, current)
 
 
-def _execution_settings(
-    kind: KindRefresh, states: dict[str, TableState], refresh: RefreshContext
-) -> dict[str, str]:
-    """The session settings the refresh runs with: :func:`.session.small_refresh_settings` for the bytes
-    of its inputs' and output's data files (each table once), logged when they apply."""
+def _table_bytes(kind: KindRefresh, states: dict[str, TableState], refresh: RefreshContext) -> int | None:
+    """The bytes of the data files of the tables the refresh may read, each table once (None: unknown):
+    its pinned inputs and, unless it only appends to it, its output. A kind's own state tables (a windowed
+    join's pending rows) are bounded by its inputs and not counted."""
     sizes = {kind.handles[name].ref.identity: state.size_bytes for name, state in states.items()}
-    sizes[kind.output.ref.identity] = refresh.log.size_bytes if refresh.log.table_id is not None else 0
-    read_bytes = None if None in sizes.values() else sum(v or 0 for v in sizes.values())
-    keys = (SMALL_REFRESH_BYTES_CONF, "spark.sql.adaptive.enabled", "spark.sql.shuffle.partitions")
-    settings = small_refresh_settings(read_bytes, {key: kind.spark.conf.get(key, None) for key in keys})
-    if settings:
-        log.info(
-            "output %s: a small refresh (%.1f MiB of tables), run without adaptive execution on %s shuffle "
-            "partitions (%s)",
-            kind.output.location,
-            (read_bytes or 0) / 2**20,
-            settings["spark.sql.shuffle.partitions"],
-            SMALL_REFRESH_BYTES_CONF,
-        )
-    return settings
+    if not kind.append_only and refresh.log.table_id is not None:
+        sizes[kind.output.ref.identity] = refresh.log.size_bytes
+    if None in sizes.values():
+        return None
+    return sum(size for size in sizes.values() if size is not None)
 
 
 def _write(
