@@ -340,7 +340,12 @@ def _key_groups(check: KeyCheck) -> DataFrame:
 
 def _raise_repeated(check: KeyCheck, grouped: DataFrame, found: int) -> None:
     key, table = check.key, check.table
-    examples = grouped.where(~F.col("_fkjoin_null") & (F.col("_fkjoin_n") > 1)).limit(10).collect()
+    examples = (
+        grouped.where(~F.col("_fkjoin_null") & (F.col("_fkjoin_n") > 1))
+        .orderBy(*[quote(c) for c in key])
+        .limit(10)
+        .collect()
+    )
     shown = ", ".join(
         "(" + ", ".join(f"{c}={row[c]!r}" for c in key) + f") x{row['_fkjoin_n']}" for row in examples
     )

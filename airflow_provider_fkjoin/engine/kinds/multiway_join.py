@@ -371,8 +371,9 @@ def check_pkey(
     warnings: list[str],
 ) -> int | None:
     """Check ``output.pkey`` over ``rows`` (and ``others``, the output rows they join): an InputDataError
-    naming a repeated key and the input that repeats it, or, with ``enforce_pkey: false``, the count of
-    repeated pkey values (None when there is no pkey, or it holds every input's key)."""
+    naming the smallest repeated key (the same one on every run) and the input that repeats it, or, with
+    ``enforce_pkey: false``, the count of repeated pkey values (None when there is no pkey, or it holds
+    every input's key)."""
     if not shape.pkey_checked or shape.pkey is None:
         return None
     pkey = [quote(c) for c in shape.pkey]
@@ -389,7 +390,7 @@ def check_pkey(
                 "(its identity is the inputs' keys)"
             )
         return found
-    example = repeated.first()
+    example = repeated.orderBy(*pkey).first()
     if example is None:
         return None
     value = {c: example[c] for c in shape.pkey}
