@@ -4,10 +4,11 @@ The ``fixed_cost`` workload (1,000 orders x 100 customers, one order and one cus
 refresh, 11 output rows change) run as a Spark Connect client of ``fkjoin connect-server``: each refresh
 with the engine's net-change commit (its stored procedure in the server's JVM), then the same refreshes
 of a second output written with Delta's MERGE (``write_path="merge"``), as a server without the engine's
-jar would. Then ``--memory-refreshes`` more refreshes, with the server JVM's heap after a full GC
-(``jcmd GC.run``, ``GC.heap_info``), its resident memory and the entries of Spark's status store (jobs,
-stages, tasks, SQL executions, Connect statements: ``jcmd GC.class_histogram``) measured after the first
-and after the last.
+jar would. Then ``--memory-refreshes`` more refreshes. The server JVM's memory is read after its first
+refresh, after the timed ones (warm), after ``--memory-points`` of the memory refreshes and after the last:
+its heap in use after full GCs (``jcmd GC.run`` until it stops falling, ``GC.heap_info``), its resident
+memory, the entries of Spark's status store (jobs, stages, tasks, SQL executions, Connect statements), the
+class loaders alive, and the classes that grew most (``jcmd GC.class_histogram``).
 
 Each refresh's server jobs are counted through the server's UI (its REST API), so by default the server
 runs with its UI on. ``--no-ui`` starts it with ``spark.ui.enabled=false``: no UI in the server's memory,
@@ -70,7 +71,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench.connect_refresh", description=__doc__.split("\n\n")[0])
     add_common(p, DATA_DIR / "connect_refresh", repeat=5)
     p.add_argument("--warmup", type=int, default=3, help="untimed refreshes of each write path first")
-    p.add_argument("--memory-refreshes", type=int, default=100, help="refreshes between the memory readings")
+    p.add_argument("--memory-refreshes", type=int, default=100, help="refreshes after the timed ones")
+    p.add_argument(
+        "--memory-points",
+        type=lambda text: [int(n) for n in text.split(",") if n],
+        default=[10, 30, 60],
+        metavar="N,N",
+        help="also read the server's memory after these many of the memory refreshes (default 10,30,60)",
+    )
     p.add_argument(
         "--no-ui",
         action="store_true",
@@ -133,34 +141,72 @@ def job_counts(jobs: list[dict[str, Any]]) -> dict[str, int]:
     return {"jobs": len(jobs), "state_jobs": len(state)}
 
 
-def status_store_entries(pid: int) -> dict[str, int]:
-    """How many jobs, stages, tasks, SQL executions and Connect statements Spark's status store holds:
-    live instances of the classes that hold them (``jcmd GC.class_histogram``, after a full GC)."""
+def class_histogram(pid: int) -> dict[str, tuple[int, int]]:
+    """The server JVM's live objects by class: ``{class: (instances, bytes)}`` (``jcmd GC.class_histogram``,
+    which runs a full GC first)."""
     histogram = subprocess.run(
         ["jcmd", str(pid), "GC.class_histogram"], capture_output=True, text=True, check=True
     ).stdout
-    instances = {}
+    classes = {}
     for line in histogram.splitlines():
         fields = line.split()
         if len(fields) >= 4 and fields[0].endswith(":"):
-            instances[fields[3]] = int(fields[1])
-    return {name: instances.get(cls, 0) for name, cls in STATUS_STORE_CLASSES.items()}
+            classes[fields[3]] = (int(fields[1]), int(fields[2]))
+    return classes
+
+
+def heap_used_mb(pid: int) -> float:
+    """The heap in use after full GCs, once it stops falling: a full GC only finds a finished refresh's
+    broadcast blocks and cached state unreachable; Spark's context cleaner frees them on its own thread
+    after it, so one GC and a reading right after it count them still."""
+    used = float("inf")
+    for _ in range(6):
+        subprocess.run(["jcmd", str(pid), "GC.run"], capture_output=True, check=True)
+        time.sleep(1)  # the context cleaner's turn; a benchmark's reading, not a test's synchronisation
+        info = subprocess.run(
+            ["jcmd", str(pid), "GC.heap_info"], capture_output=True, text=True, check=True
+        ).stdout
+        found = re.search(r"total \d+K, used (\d+)K", info)
+        if found is None:
+            return -1.0
+        now = int(found.group(1)) / 1024
+        if now > used * 0.99:
+            return round(min(now, used), 1)
+        used = now
+    return round(used, 1)
 
 
 def memory(pid: int) -> dict[str, Any]:
-    """The JVM's heap in use after a full GC and its resident set, in MB, and the status store's entries."""
-    subprocess.run(["jcmd", str(pid), "GC.run"], capture_output=True, check=True)
-    info = subprocess.run(
-        ["jcmd", str(pid), "GC.heap_info"], capture_output=True, text=True, check=True
-    ).stdout
-    used = re.search(r"total \d+K, used (\d+)K", info)
+    """The JVM's heap in use after full GCs and its resident set, in MB, the status store's entries, the
+    class loaders alive, and the histogram itself (kept out of the report; see :func:`top_growth`)."""
+    heap = heap_used_mb(pid)
+    classes = class_histogram(pid)
     status = Path(f"/proc/{pid}/status").read_text()
     rss = re.search(r"VmRSS:\s+(\d+) kB", status)
     return {
-        "heap_used_mb": round(int(used.group(1)) / 1024, 1) if used else -1.0,
+        "heap_used_mb": heap,
         "rss_mb": round(int(rss.group(1)) / 1024, 1) if rss else -1.0,
-        "status_store": status_store_entries(pid),
+        "status_store": {name: classes.get(cls, (0, 0))[0] for name, cls in STATUS_STORE_CLASSES.items()},
+        "class_loaders": sum(n for name, (n, _) in classes.items() if name.endswith("ClassLoader")),
+        "histogram": classes,
     }
+
+
+def top_growth(first: dict[str, Any], last: dict[str, Any], top: int = 12) -> list[dict[str, Any]]:
+    """The classes whose live bytes grew most between two readings."""
+    before, after = first["histogram"], last["histogram"]
+    grown = sorted(
+        ((after.get(c, (0, 0))[1] - before.get(c, (0, 0))[1], c) for c in set(before) | set(after)),
+        reverse=True,
+    )
+    return [
+        {
+            "class": name,
+            "grew_mb": round(delta / 2**20, 2),
+            "instances": [before.get(name, (0, 0))[0], after.get(name, (0, 0))[0]],
+        }
+        for delta, name in grown[:top]
+    ]
 
 
 def verify(spark: Any, orders: str, customers: str, output: str) -> bool:
@@ -232,9 +278,20 @@ def main(argv: list[str] | None = None) -> int:
             "paths": {},
             "verified": {},
         }
+        readings: list[dict[str, Any]] = []
+
+        def read_memory(refreshes: int) -> None:
+            readings.append({"refreshes": refreshes, **memory(pid)})
+            heap = readings[-1]["heap_used_mb"]
+            print(f"[connect_refresh] after {refreshes} refreshes: heap {heap} MB after GC", flush=True)
+
+        refreshes = 0
         for write_path, output in (("auto", "out_net"), ("merge", "out_merge")):
             the_spec = spec(output)
             run_spec(the_spec, spark=spark, write_path=write_path)
+            refreshes += 1
+            if not readings:
+                read_memory(refreshes)
             runs = []
             for index in range(args.warmup + args.repeat):
                 change()
@@ -242,6 +299,7 @@ def main(argv: list[str] | None = None) -> int:
                 spark.addTag(tag)
                 wall, result = timed(lambda s=the_spec, w=write_path: run_spec(s, spark=spark, write_path=w))
                 spark.removeTag(tag)
+                refreshes += 1
                 counts = job_counts(server_jobs(tag)) if ui else {"jobs": None, "state_jobs": None}
                 expected = "merge" if write_path == "merge" else "net_changes"
                 assert (result["mode"], result["write_path"]) == ("incremental", expected), result
@@ -264,21 +322,30 @@ def main(argv: list[str] | None = None) -> int:
             report["verified"][output] = verify(spark, orders, customers, str(args.workdir / output))
 
         the_spec = spec("out_net")
-        first = memory(pid)
+        read_memory(refreshes)
+        warm = readings[-1]
+        points = {refreshes + n for n in args.memory_points if 0 < n < args.memory_refreshes}
         started = time.monotonic()
         for _ in range(args.memory_refreshes):
             change()
             run_spec(the_spec, spark=spark)
-        last = memory(pid)
+            refreshes += 1
+            if refreshes in points:
+                read_memory(refreshes)
+        seconds = time.monotonic() - started
+        read_memory(refreshes)
+        first, last = readings[0], readings[-1]
         report["memory"] = {
             "server_ui": ui,
             "status_store_limit": args.status_store_limit,
             "refreshes": args.memory_refreshes,
-            "seconds": round(time.monotonic() - started, 1),
-            "after_first": first,
-            "after_last": last,
-            "heap_ratio": round(last["heap_used_mb"] / first["heap_used_mb"], 3),
-            "rss_ratio": round(last["rss_mb"] / first["rss_mb"], 3),
+            "seconds": round(seconds, 1),
+            "readings": [{k: v for k, v in r.items() if k != "histogram"} for r in readings],
+            "heap_ratio_to_first": round(last["heap_used_mb"] / first["heap_used_mb"], 3),
+            "heap_ratio_to_warm": round(last["heap_used_mb"] / warm["heap_used_mb"], 3),
+            "rss_ratio_to_warm": round(last["rss_mb"] / warm["rss_mb"], 3),
+            "growth_first_to_last": top_growth(first, last),
+            "growth_warm_to_last": top_growth(warm, last),
         }
         report["verified"]["out_net after the memory refreshes"] = verify(
             spark, orders, customers, str(args.workdir / "out_net")
