@@ -385,10 +385,12 @@ def test_on_kill_interrupts_the_refresh_and_releases_its_session(
     output's creation, seconds of work on the server). The kill can land before the commit (the operation
     is interrupted, the refresh fails, the output gets no commit) or, on a fast server, just after it (a
     Delta commit is atomic: the output then holds exactly the refresh's result). Either way the client
-    ends, the session is gone on the server, and a rerun lands one clean refresh or finds nothing to do."""
+    ends, the session is gone on the server, and a rerun lands one clean refresh or finds nothing to do (or,
+    when the killed refresh's commit lands while the rerun runs, loses to it, writes nothing, and its retry
+    finds nothing to do)."""
     from pyspark.sql.connect.session import SparkSession as ConnectSession
 
-    from airflow_provider_fkjoin.hooks.fkjoin import FkJoinHook
+    from airflow_provider_fkjoin.hooks.fkjoin import FkJoinHook, FkJoinRetryableError
 
     (
         spark.range(3_000_000)
@@ -441,11 +443,18 @@ def test_on_kill_interrupts_the_refresh_and_releases_its_session(
     else:  # interrupted mid-operation, or between two of them: either way the refresh failed
         assert failures, "a refresh killed before its commit must fail"
 
-    rerun = FkJoinHook(connect_conn).run(spec)
+    # A released session's operation is interrupted, not awaited: a write already under way may still
+    # commit after the release. Before the rerun reads the output, the rerun finds nothing to do; while it
+    # runs, the rerun's own commit loses, writes nothing and is retried, as Airflow retries the task.
+    try:
+        rerun = FkJoinHook(connect_conn).run(spec)
+    except FkJoinRetryableError as error:
+        assert not commits and "ConcurrentRefreshError" in str(error), error
+        commits = _refresh_commits(spark, tmp_path / "out")
+        assert len(commits) == 1, "the conflict was the killed refresh's commit"
+        rerun = FkJoinHook(connect_conn).run(spec)
     after = _refresh_commits(spark, tmp_path / "out")
     assert len(after) == 1, "the killed refresh and its rerun land one refresh between them"
-    # A released session's operation is interrupted, not awaited: a commit already under way may still
-    # land after the release, and the rerun then finds nothing to do.
     assert rerun["mode"] in (("noop",) if commits else ("noop", "full")), rerun
     _assert_output_is_the_recompute(spark, tmp_path, after[0])
 
