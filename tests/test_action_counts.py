@@ -54,6 +54,7 @@ from windowed_model import Event, StreamJoinModel
 
 from airflow_provider_fkjoin.engine import SpecError, run_spec
 from airflow_provider_fkjoin.engine.core.trace import phase_listener
+from airflow_provider_fkjoin.engine.runtime.session import UNCLONED_CACHE_SETTINGS
 
 
 class Counted(NamedTuple):
@@ -199,7 +200,7 @@ def test_a_small_refresh_runs_without_adaptive_execution_and_restores_the_sessio
     run_spec(spec, spark=spark)
     DeltaTable.forPath(spark, orders).update("order_id = 3", {"amount": F.lit(0.5)})
     run_spec(spec, spark=spark)
-    keys = ("spark.sql.adaptive.enabled", "spark.sql.shuffle.partitions")
+    keys = ("spark.sql.adaptive.enabled", "spark.sql.shuffle.partitions", *UNCLONED_CACHE_SETTINGS)
     seen: list[tuple[str | None, ...]] = []
 
     def settings_at(name: str) -> None:
@@ -218,14 +219,18 @@ def test_a_small_refresh_runs_without_adaptive_execution_and_restores_the_sessio
             spark.conf.unset("spark.fkjoin.smallRefreshBytes")
 
     spark.conf.set("spark.sql.shuffle.partitions", "16")
-    session_before = {"spark.sql.adaptive.enabled": "true", "spark.sql.shuffle.partitions": "16"}
+    session_before = {
+        "spark.sql.adaptive.enabled": "true",
+        "spark.sql.shuffle.partitions": "16",
+        **dict.fromkeys(UNCLONED_CACHE_SETTINGS),
+    }
     try:
         adaptive = refresh_after_a_change(7, 5, "0")
         assert output_state(spark, out) == oracle(spark, adaptive.result)
         small = refresh_after_a_change(9, 6, None)
         assert output_state(spark, out) == oracle(spark, small.result)
-        assert seen == [("true", "16"), ("false", "1")]
-        assert {key: spark.conf.get(key) for key in keys} == session_before
+        assert seen == [("true", "16", None, None), ("false", "1", "false", "true")]
+        assert {key: spark.conf.get(key, None) for key in keys} == session_before
 
         def fail_at(name: str) -> None:
             if name == "changes_read":
@@ -234,7 +239,7 @@ def test_a_small_refresh_runs_without_adaptive_execution_and_restores_the_sessio
         DeltaTable.forPath(spark, orders).update("order_id = 11", {"amount": F.lit(3.0)})
         with phase_listener(fail_at), pytest.raises(RuntimeError, match="the refresh failed here"):
             run_spec(spec, spark=spark)
-        assert {key: spark.conf.get(key) for key in keys} == session_before
+        assert {key: spark.conf.get(key, None) for key in keys} == session_before
     finally:
         spark.conf.set("spark.sql.shuffle.partitions", "2")
     assert (adaptive.result["write_path"], small.result["write_path"]) == ("net_changes", "net_changes")

@@ -125,7 +125,13 @@ ADAPTIVE = {"spark.sql.adaptive.enabled": "true", "spark.sql.shuffle.partitions"
 
 
 def small(partitions: int) -> dict[str, str]:
-    return {"spark.sql.adaptive.enabled": "false", "spark.sql.shuffle.partitions": str(partitions)}
+    return {
+        "spark.sql.adaptive.enabled": "false",
+        "spark.sql.shuffle.partitions": str(partitions),
+        # Spark caches a plan in a clone of the session unless both are so (see CacheManager)
+        "spark.sql.sources.bucketing.autoBucketedScan.enabled": "false",
+        "spark.sql.optimizer.canChangeCachedPlanOutputPartitioning": "true",
+    }
 
 
 @pytest.mark.parametrize(

@@ -79,8 +79,22 @@ SMALL_REFRESH_BYTES = 128 * 1024 * 1024
 #: A small refresh's shuffle partitions: one per this many bytes of its tables (at least one, at most the
 #: session's own number).
 SMALL_REFRESH_PARTITION_BYTES = 32 * 1024 * 1024
+#: The settings under which Spark caches a plan (``persist``) in the session itself rather than in a clone
+#: of it: Spark clones the session to cache a plan with these two on (their defaults). Over Spark Connect a
+#: clone is a new session to the executors, with class loaders of its own, so each cached frame compiled
+#: its generated code again and kept it. Neither changes a result: no Delta table is bucketed, and
+#: without adaptive execution there is no final stage to coalesce.
+UNCLONED_CACHE_SETTINGS = {
+    "spark.sql.sources.bucketing.autoBucketedScan.enabled": "false",
+    "spark.sql.optimizer.canChangeCachedPlanOutputPartitioning": "true",
+}
 #: The session settings :func:`small_refresh_settings` decides on.
-SMALL_REFRESH_KEYS = (SMALL_REFRESH_BYTES_CONF, "spark.sql.adaptive.enabled", "spark.sql.shuffle.partitions")
+SMALL_REFRESH_KEYS = (
+    SMALL_REFRESH_BYTES_CONF,
+    "spark.sql.adaptive.enabled",
+    "spark.sql.shuffle.partitions",
+    *UNCLONED_CACHE_SETTINGS,
+)
 
 
 def small_refresh_settings(table_bytes: int | None, current: Mapping[str, str | None]) -> dict[str, str]:
@@ -93,11 +107,13 @@ def small_refresh_settings(table_bytes: int | None, current: Mapping[str, str | 
     a job of its own costs more than any plan it could improve (a refresh of a 1,000-row join ran 66
     jobs with it and 31 without, in 15% less time). Over :data:`SMALL_REFRESH_BYTES`, adaptive
     execution stays as the session has it: its run-time join and partition choices are what large
-    refreshes need. A session that already turned it off is left alone.
+    refreshes need. A session that already turned it off is left alone. A small refresh also caches its
+    frames in the session itself (:data:`UNCLONED_CACHE_SETTINGS`).
 
-    >>> small_refresh_settings(3_000_000, {"spark.sql.adaptive.enabled": "true",
-    ...                                    "spark.sql.shuffle.partitions": "200"})
-    {'spark.sql.adaptive.enabled': 'false', 'spark.sql.shuffle.partitions': '1'}
+    >>> small = small_refresh_settings(3_000_000, {"spark.sql.adaptive.enabled": "true",
+    ...                                            "spark.sql.shuffle.partitions": "200"})
+    >>> small["spark.sql.adaptive.enabled"], small["spark.sql.shuffle.partitions"]
+    ('false', '1')
     >>> small_refresh_settings(10 * 2**30, {})
     {}
     """
@@ -117,6 +133,7 @@ def small_refresh_settings(table_bytes: int | None, current: Mapping[str, str | 
     return {
         "spark.sql.adaptive.enabled": "false",
         "spark.sql.shuffle.partitions": str(max(1, min(have, wanted))),
+        **{key: value for key, value in UNCLONED_CACHE_SETTINGS.items() if current.get(key) != value},
     }
 
 
