@@ -6,7 +6,10 @@ and CI run every tier. This file marks each test from the one table in ``tests/t
 name); a ``@pytest.mark.slow`` in a test file adds to it.
 
 Hypothesis. ``HYPOTHESIS_PROFILE`` picks the example count of every property test: ``fast`` (the fast
-tier), ``ci`` (every tier, the default) or ``deep`` (a long local run). No test sets its own count.
+tier), ``ci`` (every tier, the default) or ``deep`` (a long local run). No test sets its own count. ``ci``
+is Hypothesis's own CI profile with the count set: the same examples on every run (``derandomize``), no
+example database, and a failure printed with its ``@reproduce_failure`` blob; Hypothesis stops shrinking a
+failure after five minutes (``MAX_SHRINKING_SECONDS``), so a red property test ends within its timeout.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ _PROPERTY_SETTINGS = {
     "suppress_health_check": [HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 }
 settings.register_profile("fast", max_examples=1, **_PROPERTY_SETTINGS)
-settings.register_profile("ci", max_examples=10, **_PROPERTY_SETTINGS)
+settings.register_profile("ci", settings.get_profile("ci"), max_examples=10, **_PROPERTY_SETTINGS)
 settings.register_profile("deep", max_examples=60, **_PROPERTY_SETTINGS)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
