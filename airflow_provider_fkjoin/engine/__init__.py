@@ -6,7 +6,7 @@ Public API (stable; see docs/concepts/result.md and the spec reference)::
     result = run_spec("spec.yaml", spark=get_spark())
 
 Importing this package is light: the Spark-side names (``get_spark``, ``run_spec``, ...) load pyspark
-on first use, so the Airflow scheduler and triggerer can use the no-JVM helpers in :mod:`.watermarks`
+on first use, so the Airflow scheduler and triggerer can use the no-JVM helpers in :mod:`.logs.watermarks`
 (``high_watermark``, ``progress``) without importing pyspark.
 """
 

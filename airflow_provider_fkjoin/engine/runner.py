@@ -33,14 +33,14 @@ def run_spec(
     """Refresh a spec's output once and return the JSON-serialisable result dict (see
     ``docs/concepts/result.md``).
 
-    The output's ownership is checked first (:mod:`.ownership`): nothing is read or written for a spec
+    The output's ownership is checked first (:mod:`.delta.ownership`): nothing is read or written for a spec
     that must not write its output. ``full_refresh`` rebuilds the output from the inputs whatever its
     progress says (``reason``: "full refresh requested"). ``write_path="merge"`` writes every refresh
     with Delta's MERGE instead of committing net changes directly (for comparison or as an escape hatch).
 
-    >>> run_spec("specs/orders_enriched.yaml")["mode"]
+    >>> run_spec("specs/orders_enriched.yaml")["mode"]  # starts Spark  # doctest: +SKIP
     'incremental'
-    >>> run_spec("specs/orders_enriched.yaml", full_refresh=True)["mode"]
+    >>> run_spec("specs/orders_enriched.yaml", full_refresh=True)["mode"]  # doctest: +SKIP
     'full'
 
     ``audit=True`` writes nothing: it recomputes the output from scratch at the versions it consumed and
@@ -48,7 +48,7 @@ def run_spec(
 
     ``origin`` names who runs the refresh (plain JSON values; the Airflow hook gives the task instance's
     ``dag_id``, ``run_id``, ``task_id``, ``map_index`` and ``try_number``). It is recorded in the refresh's
-    commit, so a retry finds what an earlier try committed (:func:`.watermarks.refresh_by_origin`).
+    commit, so a retry finds what an earlier try committed (:func:`.logs.watermarks.refresh_by_origin`).
     """
     if write_path not in WRITE_PATHS:
         raise SpecError(f"write_path must be one of {', '.join(WRITE_PATHS)}, not {write_path!r}")

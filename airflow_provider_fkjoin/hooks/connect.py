@@ -39,7 +39,11 @@ def connect_url(connection: Any, conn_id: str) -> str | None:
     ``password`` as token, extra ``use_ssl``) gives the provider's own URL; a ``spark`` connection whose
     host is an ``sc://`` URL gives that URL (with its port).
 
-    >>> connect_url(Connection(conn_type="spark_connect", host="spark-connect", port=15002), "c")
+    >>> from airflow.sdk import Connection
+    >>> connect_url(Connection(conn_id="c", conn_type="spark", host="sc://spark-connect", port=15002), "c")
+    'sc://spark-connect:15002'
+    >>> connect = Connection(conn_id="c", conn_type="spark_connect", host="spark-connect", port=15002)
+    >>> connect_url(connect, "c")  # looks the connection up by id  # doctest: +SKIP
     'sc://spark-connect:15002/'
     """
     if connection.conn_type == "spark_connect":

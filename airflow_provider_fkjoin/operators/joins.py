@@ -78,7 +78,10 @@ REPORTED_VERSION_KEY = "fkjoin_reported_output_version"
 def task_origin(context: Context) -> dict[str, Any]:
     """The task instance running a refresh, recorded in the refresh's commit: what a retry looks for.
 
-    >>> task_origin(context)
+    >>> from types import SimpleNamespace
+    >>> ti = SimpleNamespace(dag_id="orders", run_id="scheduled__2025-01-01T00:00:00+00:00", task_id="join",
+    ...                      map_index=-1, try_number=2)
+    >>> task_origin({"ti": ti})
     {'dag_id': 'orders', 'run_id': 'scheduled__2025-01-01T00:00:00+00:00', 'task_id': 'join', 'map_index': -1,
      'try_number': 2}
     """

@@ -98,7 +98,8 @@ def check_source(source: str, goal: Goal, current_table_id: str | None) -> None:
 
     >>> check_source("/w/s", Goal(7, "a"), "b")
     Traceback (most recent call last):
-    SourceRecreatedError: source /w/s was recreated (table id a -> b) after the goal version 7 was ...
+    airflow_provider_fkjoin.triggers.high_watermark.SourceRecreatedError: source /w/s was recreated
+    (table id a -> b) after the goal version 7 was taken; ...
     """
     if goal.table_id is not None and current_table_id is not None and current_table_id != goal.table_id:
         raise SourceRecreatedError(

@@ -9,8 +9,8 @@ with the spec's ``kind``, a hash of its inputs' identities (``spec``) and, when 
   that now names an owner claims it (the upgrade path), any other spec is refused;
 * an output recorded with a named owner is refused to every other name, and to a spec naming none.
 
-Both the Spark refresh (:mod:`.ownership`) and the no-JVM noop check (:mod:`.watermarks`) decide with
-:func:`owner_verdict`, so they never disagree.
+Both the Spark refresh (:mod:`..delta.ownership`) and the no-JVM noop check (:mod:`..logs.watermarks`)
+decide with :func:`owner_verdict`, so they never disagree.
 
     >>> owner_verdict('{"kind": "foreign_key_join", "owner": "sales.orders", "spec": "3f1c"}',
     ...               '{"kind": "foreign_key_join", "owner": "ops.orders", "spec": "3f1c"}')

@@ -19,7 +19,7 @@ from .progress import InputProgress, Progress
 class RebuildRequired(Exception):
     """An incremental refresh cannot go on (a change feed is gone, the output's columns differ from the
     join's); the message is the full-rebuild reason. The refresh skeleton
-    (:func:`.refresh.refresh_once`) catches it and rebuilds."""
+    (:func:`..write.refresh.refresh_once`) catches it and rebuilds."""
 
 
 @dataclass(frozen=True)

@@ -170,7 +170,7 @@ def scan_history(entries: list[dict[str, Any]], location: str = "the output") ->
     ``userMetadata``) to its latest refresh commit, noting any commit since that changed rows.
 
     Pure, so the engine (reading through Spark or ``deltalake``) and the no-JVM noop check
-    (:func:`.watermarks.noop_result`) decide the same way.
+    (:func:`..logs.watermarks.noop_result`) decide the same way.
 
     >>> scan_history([{"version": 8, "operation": "OPTIMIZE", "userMetadata": None},
     ...               {"version": 7, "operation": "MERGE", "userMetadata": '{"fkjoin": {...}}'}]).progress.seq
@@ -233,7 +233,7 @@ def new_progress_metadata(
 def with_row_counts(user_metadata: str, rows: dict[str, int]) -> str:
     """A commit's progress metadata with the rows the commit changes, for a commit whose row counts Delta
     does not record (one built without MERGE records no operation metrics): a result rebuilt from the log
-    (:func:`.watermarks.refresh_result_from_commit`) then reports them.
+    (:func:`..logs.watermarks.refresh_result_from_commit`) then reports them.
 
     >>> json.loads(with_row_counts('{"fkjoin": {"seq": 3}}', {"inserted": 2}))["fkjoin"]["rows"]
     {'inserted': 2}

@@ -1044,7 +1044,7 @@ KINDS = (
 
 #: How a refresh may write its output (``run_spec(write_path=...)``, ``fkjoin run --write-path``, the
 #: operators' ``write_path``): ``auto`` commits net changes without MERGE where the engine can prove them
-#: right (:mod:`.net_changes`), ``merge`` always uses Delta's MERGE.
+#: right (:mod:`..write.net_changes`), ``merge`` always uses Delta's MERGE.
 WRITE_PATHS = ("auto", "merge")
 
 
@@ -1126,8 +1126,10 @@ def as_self_join(spec: AnySpec | dict[str, Any] | str | Path) -> SelfJoinSpec:
     table with itself rewritten (KIP-862's rewrite, done where a DAG asks for it). A SpecError lists every
     reason the rewrite does not apply, so a DAG author sees what makes the two sides differ.
 
+    >>> txns = {"path": "/w/card_txns", "key": ["card_id"], "time": "txn_at"}
     >>> as_self_join({"kind": "windowed_join", "mode": "stream", "left": txns, "right": txns,
-    ...               "window": {"before": "10m", "after": "10m"}, "output": {"path": "/w/pairs"}}).kind
+    ...               "window": {"before": "10m", "after": "10m"}, "output": {"path": "/w/pairs"},
+    ...               "columns": {"txn_id": "l.txn_id", "paired_txn_id": "r.txn_id"}}).kind
     'self_join'
     """
     loaded = load_spec(spec)

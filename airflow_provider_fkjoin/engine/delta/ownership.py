@@ -3,15 +3,15 @@
 Checked once per refresh, before any data is read or written, for every kind (``run_spec`` calls it):
 
 * the output is not an input, not inside one and does not contain one: locations are compared after
-  normalising them (:mod:`.locations`), catalog tables by their resolved location, and existing tables by
-  their Delta table id, so no spelling of an input's location gets past it;
+  normalising them (:mod:`..core.locations`), catalog tables by their resolved location, and existing
+  tables by their Delta table id, so no spelling of an input's location gets past it;
 * an existing output carries the table property ``fkjoin.owner`` naming the kind and the spec identity
   that created it; another spec is refused, and so is a Delta table this engine did not create, unless the
   spec says ``adopt_existing_output: true``;
 * a location that holds files but no Delta table is always refused.
 
 The owner is the spec's ``output.owner`` when it names one (the Airflow operators name the task), else
-the kind and the identities of its inputs (:mod:`.owners` has the rule): the same owner editing its
+the kind and the identities of its inputs (:mod:`..core.owners` has the rule): the same owner editing its
 spec (``columns``, ``how``, even its inputs) keeps the table and the next refresh rebuilds it, while
 another owner pointed at the table is refused.
 

@@ -212,7 +212,7 @@ def expected_output(
     spec: ForeignKeyJoinSpec, spark: SparkSession, states: dict[str, TableState]
 ) -> tuple[DataFrame, list[str], list[str]]:
     """The output recomputed from scratch over the inputs at ``states``: (rows, key, value columns).
-    What an audit (:mod:`.audit`) compares the output with."""
+    What an audit (:mod:`..audit`) compares the output with."""
     left = DeltaHandle(spark, spec.left, "left")
     right = DeltaHandle(spark, spec.right, "right")
     sides = {
@@ -319,7 +319,8 @@ def _incremental(
     to_versions: dict[str, int],
     refresh: RefreshContext,
 ) -> tuple[Commit, dict[str, Any]]:
-    """The incremental path: its commit and rows. Raises :class:`RebuildRequired` when a feed cannot serve."""
+    """The incremental path: its commit and rows. Raises :class:`..core.planning.RebuildRequired` when a
+    feed cannot serve."""
     request = refresh.request("incremental", plan.reason)
     left, right = sides["left"].handle, sides["right"].handle
     left_df, right_df = sides["left"].rows, sides["right"].rows

@@ -4,7 +4,7 @@ Kafka's GlobalKTable reads its topic's end offset once at startup (the *high wat
 store from the checkpointed offset (or from the beginning) up to it, and only then lets stream threads
 run; the offset reached is checkpointed so a restart resumes there. Here:
 
-* the source is a keyed Delta table, or a changelog source (:mod:`.changelog`);
+* the source is a keyed Delta table, or a changelog source (:mod:`..delta.changelog`);
 * its latest version, pinned at the start of a refresh, is the high watermark;
 * the output (the global table: keyed, laid out by key for lookups, change data feed on) holds the
   source as of that version, and the version is written in the same Delta commit as the rows: that

@@ -160,9 +160,9 @@ def _write_rows(output: DeltaHandle, rows: DataFrame, request: CommitRequest, mo
 
 
 def _append_in_transaction(output: DeltaHandle, rows: DataFrame, request: CommitRequest) -> Commit | None:
-    """Append through :class:`.internals.AppendTransaction` (no rebuild of the output's state) when the
-    output is still at the version the refresh planned against and the rows fit it as they are; None
-    when Delta's writer must do it instead (Spark Connect, an owner to claim, a moved output, other
+    """Append through :class:`..runtime.internals.AppendTransaction` (no rebuild of the output's state)
+    when the output is still at the version the refresh planned against and the rows fit it as they are;
+    None when Delta's writer must do it instead (Spark Connect, an owner to claim, a moved output, other
     columns)."""
     if request.read_version is None or request.claim or is_connect(output.spark):
         return None
@@ -203,7 +203,7 @@ def _create_as_select(
 ) -> Commit | None:
     """CREATE TABLE AS SELECT with these properties; with a ``request``, the commit carries its progress.
 
-    Over what a killed create left (:meth:`.DeltaHandle.left_by_failed_create`), which Delta's CREATE
+    Over what a killed create left (:meth:`DeltaHandle.left_by_failed_create`), which Delta's CREATE
     refuses as an existing table, the create is a CREATE OR REPLACE (:func:`_undo_a_replace`)."""
     writer = rows.writeTo(output.sql_identifier).using("delta")
     for name, value in properties.items():

@@ -4,7 +4,8 @@ Delta's MERGE reads every column of every file that holds a changed key, to buil
 pre-images and to skip unchanged rows; with changes spread over the key range that is the whole
 output. But the engine knows each affected output row's previous value without reading it: the
 output equals the join at the versions the last refresh consumed (the exactly-once invariant), so
-the previous value is the same join over the inputs' pre-images (:func:`.changes.first_images`).
+the previous value is the same join over the inputs' pre-images (``before`` in
+:func:`..delta.changes.changed_keys`).
 A kind computes the previous and the new values of its affected keys, and this module:
 
 1. classifies each key (:func:`net_changes`): ``insert``, ``update`` (pre- and post-image differ),

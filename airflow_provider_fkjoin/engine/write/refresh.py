@@ -49,12 +49,12 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class RunOptions:
     """How ``run_spec`` asks a kind to refresh: ``full_refresh`` on request, and the output's checked
-    ownership (:func:`.ownership.check_ownership`, run before anything was read)."""
+    ownership (:func:`..delta.ownership.check_ownership`, run before anything was read)."""
 
     ownership: Ownership
     full_refresh: bool = False
     write_path: str = "auto"
-    #: Who runs the refresh (recorded in its commit; see :func:`.progress.new_progress_metadata`).
+    #: Who runs the refresh (recorded in its commit; see :func:`..core.progress.new_progress_metadata`).
     origin: dict[str, Any] | None = None
 
 
@@ -63,10 +63,11 @@ class RefreshContext:
     """One refresh of one output, from its pinned inputs to its result: what every kind shares.
 
     ``consumed`` is what the refresh's commit records per input; ``warnings`` collects what the
-    result reports and logs (a list the caller may keep appending to until then).
+    result reports and logs (a list the caller may keep appending to until then). :func:`begin_refresh`
+    builds it, from the output's log and the run's options:
 
-    >>> refresh = RefreshContext("foreign_key_join", out, read_progress(out), "9f2c",
-    ...                          {"left": state.consumed()}, time.monotonic(), [])
+    >>> refresh = RefreshContext("foreign_key_join", out, read_output_log(out), "9f2c",
+    ...                          {"left": state.consumed()}, time.monotonic(), [], ownership)
     >>> refresh.request("full", "first run").seq
     1
     """

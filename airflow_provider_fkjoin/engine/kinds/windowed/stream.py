@@ -29,7 +29,7 @@ that
 
 State between refreshes: stream time and each side's observed time ride in the output commit's progress;
 pending rows live in an engine-owned Delta table beside the output (``<output>_fkjoin_state/pending``,
-:mod:`.state_tables`). Each refresh rewrites the state table first, then appends to the output with a
+:mod:`...delta.state_tables`). Each refresh rewrites the state table first, then appends to the output with a
 commit recording that state version, so a crash between the two commits leaves the state version the
 output names untouched, and the rerun starts from it.
 

@@ -6,7 +6,7 @@ end)``. Three shapes, one output keyed like the left side:
 * **Inner and left joins** (plain tables, windowed tables on the same or a shifted window, or a windowed
   table enriched from a plain one) *are* foreign-key joins: each left row references at most one right
   row, through the left key (with the window shifted by the right side's ``offset``: ``-7d`` looks up the
-  window a week earlier). They run as one (:class:`.fk_join.ForeignKeyJoinRefresh`), so they share its
+  window a week earlier). They run as one (:class:`..fk_join.ForeignKeyJoinRefresh`), so they share its
   incremental refresh, its write path and its tests; progress is recorded under this spec.
 * **Outer joins** (plain tables, or both windowed) also keep right rows without a left partner, keyed by
   their window shifted back into the left's. A refresh recomputes only the keys either side changed
