@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
-from tiers import tier_of
+from tiers import FAST_EXAMPLES, tier_of
 
 os.environ.setdefault("PYSPARK_PYTHON", os.sys.executable)
 
@@ -28,12 +28,19 @@ _PROPERTY_SETTINGS = {
     "deadline": None,  # a Spark action takes seconds, and its first run far longer than the next
     "suppress_health_check": [HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 }
-settings.register_profile("fast", max_examples=1, **_PROPERTY_SETTINGS)
+settings.register_profile("fast", max_examples=FAST_EXAMPLES, **_PROPERTY_SETTINGS)
 settings.register_profile("ci", settings.get_profile("ci"), max_examples=10, **_PROPERTY_SETTINGS)
 settings.register_profile("deep", max_examples=60, **_PROPERTY_SETTINGS)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 TESTS = Path(__file__).resolve().parent
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Record every test's durations, and start the longest files first (``support/durations.py``)."""
+    from support.durations import DurationsPlugin
+
+    config.pluginmanager.register(DurationsPlugin(config), "fkjoin-durations")
 
 
 def pytest_itemcollected(item: pytest.Item) -> None:
