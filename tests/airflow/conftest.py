@@ -1,10 +1,12 @@
 """Fixtures for the Airflow layer's tests: an isolated AIRFLOW_HOME, Delta tables written with deltalake
-(no JVM), Spark connections as environment variables and a fake ``spark-submit`` on PATH."""
+(no JVM), Spark connections as environment variables, a fake ``spark-submit`` on PATH, and an Airflow
+installation with a fresh metadata DB for ``airflow dags test``."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import tempfile
 import textwrap
@@ -98,9 +100,11 @@ def fake_spark_submit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterat
 
 @pytest.fixture(scope="module")
 def airflow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Airflow]:
-    """An isolated Airflow installation (SQLite, migrated) for one end-to-end DAG test module."""
+    """An isolated Airflow installation for one end-to-end DAG test module: its SQLite DB a copy of the
+    run's migrated template (``support.example_dags.airflow_db_template``)."""
     from dags_support import Airflow
+    from support.example_dags import airflow_db_template
 
     installation = Airflow(tmp_path_factory.mktemp("airflow-home"))
-    installation.run("db", "migrate")
+    shutil.copyfile(airflow_db_template(tmp_path_factory), installation.home / "airflow.db")
     yield installation

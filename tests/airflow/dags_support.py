@@ -1,9 +1,6 @@
-"""What the end-to-end DAG tests share: an isolated Airflow installation and readers of the tables.
-
-Each output is checked against a join recomputed from scratch in pure Python from the input tables (read
-with ``deltalake`` at the versions the refresh consumed), never against the engine's own output. The outputs
-have deletion vectors, which ``deltalake`` cannot read, so they are read with Spark.
-"""
+"""The ``airflow dags test`` path's Airflow installation: an isolated AIRFLOW_HOME (SQLite) pointed at the
+repo's ``dags/``, the embedded local Spark as the ``spark`` connection, and a reader of its asset events.
+The expectations it is checked against: ``support/example_dags.py``."""
 
 import json
 import os
@@ -13,8 +10,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-from deltalake import DeltaTable
 from driver_jvm import driver_jvm_env
 
 REPO = Path(__file__).resolve().parents[2]
@@ -63,18 +58,3 @@ class Airflow:
                 (uri,),
             ).fetchall()
         return [json.loads(extra) if isinstance(extra, str) else extra for (extra,) in rows]
-
-
-def rows_at(path: Path, version: int) -> list[dict[str, Any]]:
-    """An input table's rows at a version (inputs are written by deltalake: no deletion vectors)."""
-    return pa.table(DeltaTable(str(path), version=version).to_pyarrow_table()).to_pylist()
-
-
-def output_rows(spark: Any, path: Path, columns: list[str]) -> list[tuple[Any, ...]]:
-    frame = spark.read.format("delta").load(str(path)).select(*columns)
-    return sorted(tuple(row) for row in frame.collect())
-
-
-def epoch_millis(value: Any) -> int:
-    """A timestamp read back from Spark as epoch milliseconds (what the models compare)."""
-    return int(value.timestamp() * 1000)

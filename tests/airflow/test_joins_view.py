@@ -1,7 +1,7 @@
 """The Joins view's decisions, without servers: which tasks of the example DAGs write which outputs (read
 from the DAGs as the api-server holds them: serialized, then deserialized), and the order and shape of the
 view's rows. The view on a real api-server, with logins and a browser:
-``tests/e2e/test_airflow_joins_view.py``."""
+``tests/e2e/test_airflow_servers.py``."""
 
 from __future__ import annotations
 

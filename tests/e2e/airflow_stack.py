@@ -1,17 +1,20 @@
 """A real Airflow 3.3 on 127.0.0.1 for end-to-end tests: api-server, scheduler, dag-processor and
-triggerer from argv lists, an isolated AIRFLOW_HOME, SQLite with the LocalExecutor, SimpleAuthManager in
-all-admins mode (the REST calls still carry a JWT from ``/auth/token``), and a small REST client.
+triggerer from argv lists, an isolated AIRFLOW_HOME whose SQLite DB is a copy of a migrated template, the
+LocalExecutor, SimpleAuthManager in all-admins mode unless the caller logs in (the REST calls carry a JWT
+from ``/auth/token`` either way), a small REST client, and a component restarted with other settings.
 
-    with running_airflow(home, dags_folder) as stack:
+    with running_airflow(home, dags_folder, db_template) as stack:
         run_id = run_to_end(stack, "fkjoin_kip213_fk_join", {"seed": False})
+        stack.restart("scheduler", {"AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE": "True"})
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import secrets
-import subprocess
+import shutil
 import sys
 import urllib.error
 from collections.abc import Iterator, Mapping
@@ -50,6 +53,27 @@ class AirflowStack:
 
     def service(self, name: str) -> Service:
         return next(s for s in self.services if s.name == name)
+
+    def restart(self, name: str, env: Mapping[str, str]) -> None:
+        """Stop the component ``name`` (``scheduler``, ``dag-processor`` or ``triggerer``), start it again
+        with ``env`` over its environment, and wait until the health check reports a heartbeat of the new
+        process."""
+        service = self.service(name)
+        service.stop()
+        service.env = {**(service.env or {}), **env}
+        started = dt.datetime.now(dt.UTC)
+        service.start()
+        part = name.replace("-", "_")
+
+        def beating() -> bool:
+            health = http_json(f"{self.base_url}/api/v2/monitor/health")[part]
+            beat = health.get(f"latest_{part}_heartbeat")
+            if health.get("status") != "healthy" or not beat:
+                return False
+            at = dt.datetime.fromisoformat(beat)
+            return (at if at.tzinfo else at.replace(tzinfo=dt.UTC)) > started
+
+        wait_for(beating, timeout_s=180, what=f"the restarted {name}'s heartbeat", services=self.services)
 
 
 def airflow_env(home: Path, port: int, dags_folder: Path) -> dict[str, str]:
@@ -100,26 +124,19 @@ def healthy(stack: AirflowStack) -> bool:
 def running_airflow(
     home: Path,
     dags_folder: Path,
+    db_template: Path,
     env: Mapping[str, str] | None = None,
     login: tuple[str, str] | None = None,
 ) -> Iterator[AirflowStack]:
     """api-server, scheduler, dag-processor and triggerer on 127.0.0.1 (``env`` overrides the defaults of
-    :func:`airflow_env`), stopped by PID at the end. The REST client's token is the all-admins one, or
-    with ``login`` (user name, password; real authentication) that user's."""
+    :func:`airflow_env`) over a copy of ``db_template`` (an ``airflow.db`` that ``airflow db migrate``
+    made), stopped by PID at the end. The REST client's token is the all-admins one, or with ``login``
+    (user name, password; real authentication) that user's."""
     port = free_port()
     environment = {**airflow_env(home, port, dags_folder), **(env or {})}
     logs = home / "process-logs"
     logs.mkdir()
-    with (logs / "db-migrate.log").open("wb") as out:
-        migrated = subprocess.run(
-            [AIRFLOW, "db", "migrate"],
-            env=environment,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            timeout=300,
-            check=False,
-        )
-    assert migrated.returncode == 0, (logs / "db-migrate.log").read_text()[-3000:]
+    shutil.copyfile(db_template, home / "airflow.db")
     commands = {
         "api-server": [AIRFLOW, "api-server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
         "scheduler": [AIRFLOW, "scheduler"],

@@ -1,6 +1,6 @@
-"""An auth manager for the Joins view's end-to-end test: Airflow's simple auth manager, except that the
-user ``viewer`` may not read the DAG named by ``FKJOIN_TEST_HIDDEN_DAG`` (the simple manager alone lets a
-viewer read every DAG). Loaded by the api-server from ``[core] auth_manager``."""
+"""An auth manager for the real-server tests' Airflow (``test_airflow_servers.py``): Airflow's simple auth
+manager, except that the user ``viewer`` may not read the DAG named by ``FKJOIN_TEST_HIDDEN_DAG`` (the
+simple manager alone lets a viewer read every DAG). Loaded by the api-server from ``[core] auth_manager``."""
 
 from __future__ import annotations
 
