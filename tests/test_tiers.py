@@ -8,7 +8,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from support.durations import TABLE, is_full_run, load_table, longest_files_first, own_seconds
-from tiers import SLOW_TESTS, choose_slow_seconds, fast_tier_work, slow_tests, id_parts, tier_of
+from tiers import SLOW_TESTS, choose_slow_seconds, fast_tier_work, id_parts, slow_tests, tier_of
 
 TESTS = Path(__file__).resolve().parent
 
