@@ -2,18 +2,21 @@
 incremental refresh of a three-input join (business / review / owner, as ``test_multiway.yelp_world``)
 whose batch changes all three inputs, rows and their partners together.
 
-As in ``test_fk_crash`` (whose subprocess runner this reuses), the data is prepared in-process, the refresh
-runs as a subprocess with ``FKJOIN_TRACE=1``, and its process group is killed the moment its stderr shows
-``FKJOIN_PHASE <phase>``. Afterwards the output, read by identity (``_fkjoin_id__<input>__<key column>``),
-must be exactly the old state (the model at the input versions the output consumed) or exactly the new one
-(the model at the inputs' latest versions), never a mix; and a rerun must reach the new state through one
+As in ``test_fk_crash`` (with the subprocess runner of ``support.crash``), the data is prepared in-process
+once per module and put back at the same paths before each phase, the refresh runs as a subprocess with
+``FKJOIN_TRACE=1``, and its process group is killed the moment its stderr shows ``FKJOIN_PHASE <phase>``.
+Afterwards the output, read by identity (``_fkjoin_id__<input>__<key column>``), must be exactly the old
+state (the model at the input versions the output consumed) or exactly the new one (the model at the
+inputs' latest versions), never a mix; and a rerun must reach the new state through one
 clean commit over the old state.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import signal
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +24,7 @@ import pytest
 from helpers import assert_clean_changes, table_version
 from multiway_model import Row
 from pyspark.sql import SparkSession
-from test_fk_crash import Run, run_fkjoin
+from support.crash import Run, SavedFolder, run_fkjoin
 from test_multiway import World, identity_columns, output_by_identity, yelp_world
 from test_multiway_property import model_at
 
@@ -83,12 +86,61 @@ def last_result(run: Run) -> dict[str, Any]:
     return json.loads(lines[-1])
 
 
-@pytest.mark.parametrize("phase", PHASES)
-def test_kill_during_incremental_refresh(spark: SparkSession, tmp_path: Path, phase: str) -> None:
-    world = yelp_world(spark, tmp_path)
+#: The saved states of the module's world: the inputs as first written (no output yet), and the inputs
+#: changed by :func:`change_all_three` after a first refresh.
+FIRST_RUN, CHANGED = "first_run", "changed"
+
+
+@dataclass(frozen=True)
+class Saved:
+    """``yelp_world`` prepared once at fixed paths and saved in two states, with what each state's checks
+    need (the model's joins of the inputs as Delta holds them, computed once)."""
+
+    #: The world as the changes left it (its Python mirror of the inputs, the output versions it saw).
+    world: World
+    spec_path: Path
+    folder: SavedFolder
+    #: :data:`FIRST_RUN`: the model at the inputs' first versions.
+    first_expected: dict[tuple, Row]
+    #: :data:`CHANGED`: the output's version after the first refresh, the model at the inputs' versions
+    #: it consumed (the old state), the inputs' versions after the changes and the model at them (the new).
+    base_version: int
+    old: dict[tuple, Row]
+    new_versions: dict[str, int]
+    new: dict[tuple, Row]
+
+    def restore(self, state: str) -> None:
+        """Put the tables back as ``state`` left them; for :data:`CHANGED`, check their versions."""
+        self.folder.restore(state)
+        if state == CHANGED:
+            spark, out = self.world.spark, self.world.spec["output"]["path"]
+            found = {"out": table_version(spark, out), **versions(spark, self.world)}
+            assert found == {"out": self.base_version, **self.new_versions}, found
+
+    def changed_world(self) -> World:
+        """A fresh copy of :attr:`world`'s Python side, for the :data:`CHANGED` tables (a refresh appends to
+        its versions)."""
+        world = copy.copy(self.world)
+        world.tables = {name: dict(rows) for name, rows in self.world.tables.items()}
+        world.versions = list(self.world.versions)
+        return world
+
+
+@pytest.fixture(scope="module")
+def saved(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Saved:
+    """The module's world: built, refreshed once and changed once, here and nowhere else."""
+    base = tmp_path_factory.mktemp("multiway_crash")
+    world = yelp_world(spark, base / "world")
+    spec = world.spec
+    spec_path = base / "spec.json"
+    spec_path.write_text(json.dumps(spec, indent=2))
+    folder = SavedFolder(spark, world.root, base / "saved")
+    first_expected: dict[tuple, Row] = model_at(spark, world, versions(spark, world))
+    assert len(first_expected) == 5
+    folder.save(FIRST_RUN)
+
     first = world.refresh()
     assert first["mode"] == "full", first
-    spec = world.spec
     out = spec["output"]["path"]
     base_version = table_version(spark, out)
     old_versions = versions(spark, world)
@@ -101,8 +153,19 @@ def test_kill_during_incremental_refresh(spark: SparkSession, tmp_path: Path, ph
     new = model_at(spark, world, new_versions)
     assert new == world.expected()
     assert new != old, "the changes must change the output, or the test proves nothing"
-    spec_path = tmp_path / "spec.json"
-    spec_path.write_text(json.dumps(spec, indent=2))
+    folder.save(CHANGED)
+    return Saved(world, spec_path, folder, first_expected, base_version, old, new_versions, new)
+
+
+@pytest.mark.parametrize("phase", PHASES)
+def test_kill_during_incremental_refresh(
+    spark: SparkSession, saved: Saved, tmp_path: Path, phase: str
+) -> None:
+    saved.restore(CHANGED)
+    world = saved.changed_world()
+    spec, spec_path = world.spec, saved.spec_path
+    out = spec["output"]["path"]
+    base_version, old, new, new_versions = saved.base_version, saved.old, saved.new, saved.new_versions
 
     run = run_fkjoin(spec_path, tmp_path, kill_at=phase)
     tail = "\n".join(run.stderr_tail)
@@ -147,16 +210,14 @@ def test_kill_during_incremental_refresh(spark: SparkSession, tmp_path: Path, ph
     assert_clean_changes(spark, out, identity_columns(spec), base_version, base_version + 1)
 
 
-def test_kill_during_first_run_then_rerun(spark: SparkSession, tmp_path: Path) -> None:
+def test_kill_during_first_run_then_rerun(spark: SparkSession, saved: Saved, tmp_path: Path) -> None:
     """A first (full) run killed as its write begins leaves no output, or a complete one; the CLI's rerun
     completes it once."""
-    world = yelp_world(spark, tmp_path)
-    spec = world.spec
+    saved.restore(FIRST_RUN)
+    spec, spec_path = saved.world.spec, saved.spec_path
     out = Path(spec["output"]["path"])
-    expected: dict[tuple, Row] = model_at(spark, world, versions(spark, world))
-    assert len(expected) == 5
-    spec_path = tmp_path / "spec.json"
-    spec_path.write_text(json.dumps(spec, indent=2))
+    assert not out.exists(), "the first-run state has no output yet"
+    expected = saved.first_expected
 
     run = run_fkjoin(spec_path, tmp_path, kill_at="merge_started")
     assert run.killed_at == "merge_started", f"saw {run.phases}; stderr:\n" + "\n".join(run.stderr_tail)

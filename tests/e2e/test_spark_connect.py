@@ -47,11 +47,11 @@ from helpers import (
     upsert,
     write,
 )
-from test_fk_crash import KEY as CRASH_KEY
-from test_fk_crash import PHASE_ORDER as CRASH_PHASES
-from test_fk_crash import oracle as crash_oracle
-from test_fk_crash import prepare as crash_inputs
-from test_fk_crash import same as same_rows
+from support.crash import CHANGED as CRASH_CHANGED
+from support.crash import KEY as CRASH_KEY
+from support.crash import PHASE_ORDER as CRASH_PHASES
+from support.crash import FkCrashWorld, fk_crash_world
+from support.crash import same as same_rows
 
 from airflow_provider_fkjoin.engine import run_spec
 
@@ -479,9 +479,15 @@ def test_a_connect_server_without_the_engine_jar_still_refreshes_through_merge(
 
 
 # -- kills at every phase, and the retry after a lost answer ----------------------------------------------
+@pytest.fixture(scope="module")
+def crash_world(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> FkCrashWorld:
+    """``test_fk_crash``'s world, prepared once for the kills below and put back before each."""
+    return fk_crash_world(spark, tmp_path_factory.mktemp("connect_crash"))
+
+
 @pytest.mark.parametrize("phase", CRASH_PHASES)
 def test_a_connect_client_killed_at_each_phase_leaves_old_or_new_and_the_retry_lands_once(
-    spark: Any, spark_connect_server: Any, tmp_path: Path, phase: str
+    spark: Any, spark_connect_server: Any, crash_world: FkCrashWorld, phase: str
 ) -> None:
     """The refresh's Connect client (the ``fkjoin`` CLI as the hook runs it) is SIGKILLed the moment it
     traces ``phase``, as a worker dies, then its session is interrupted and released as ``on_kill`` does.
@@ -493,13 +499,11 @@ def test_a_connect_client_killed_at_each_phase_leaves_old_or_new_and_the_retry_l
 
     from airflow_provider_fkjoin.hooks.connect import SparkConnectRun
 
-    spec, spec_path = crash_inputs(spark, tmp_path, first_run=False)
+    crash_world.restore(CRASH_CHANGED)  # the same paths, tables and versions before every kill
+    spec, spec_path = crash_world.spec, crash_world.spec_path
     out = spec["output"]["path"]
-    base_version = table_version(spark, out)
-    old_rows = read_rows(spark, out)
-    versions = table_version(spark, spec["left"]["path"]), table_version(spark, spec["right"]["path"])
-    new_rows = crash_oracle(spark, spec, *versions)
-    assert not same_rows(old_rows, new_rows), "the changes must change the output, or the test proves nothing"
+    base_version, old_rows, new_rows = crash_world.base_version, crash_world.old_rows, crash_world.new_rows
+    versions = crash_world.versions
 
     client = SparkConnectRun(spark_connect_server.url, env_vars={"FKJOIN_TRACE": "1"})
     traced: list[str] = []
