@@ -3,12 +3,22 @@ model in ``multiway_model.py``, with a clean output change feed (one net change 
 
 from __future__ import annotations
 
+import re
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
-from helpers import assert_clean_changes, create_table, delete_keys, read_rows, table_version, upsert
+from helpers import (
+    assert_clean_changes,
+    create_table,
+    delete_keys,
+    read_changes,
+    read_rows,
+    table_version,
+    upsert,
+)
 from multiway_model import ModelInput, MultiWayModel, Row
 from pyspark.sql import SparkSession
 
@@ -150,91 +160,218 @@ OWNER_INPUT = {
 }
 
 
-def yelp_world(spark: SparkSession, tmp_path: Path, **extra: Any) -> World:
-    """Businesses, their reviews (1:N) and owners (a business with two owners and several reviews: N:M)."""
-    rows = {
+def yelp_rows(offset: int = 0) -> dict[str, list[Row]]:
+    """Businesses, their reviews (1:N) and owners (a business with two owners and several reviews: N:M);
+    every id and join key moved up by ``offset``."""
+
+    def at(value: int | None) -> int | None:
+        return None if value is None else value + offset
+
+    return {
         "business": [
-            {"business_id": 1, "name": "Cafe", "city": "SF"},
-            {"business_id": 2, "name": "Deli", "city": "NY"},
-            {"business_id": 3, "name": "Bar", "city": "LA"},
+            {"business_id": at(1), "name": "Cafe", "city": "SF"},
+            {"business_id": at(2), "name": "Deli", "city": "NY"},
+            {"business_id": at(3), "name": "Bar", "city": "LA"},
         ],
         "review": [
-            {"review_id": 10, "biz_id": 1, "stars": 5, "text": "great"},
-            {"review_id": 11, "biz_id": 1, "stars": 3, "text": "ok"},
-            {"review_id": 12, "biz_id": 2, "stars": 4, "text": "nice"},
-            {"review_id": 13, "biz_id": None, "stars": 1, "text": "orphan"},
-            {"review_id": 14, "biz_id": 9, "stars": 2, "text": "no business"},
+            {"review_id": at(10), "biz_id": at(1), "stars": 5, "text": "great"},
+            {"review_id": at(11), "biz_id": at(1), "stars": 3, "text": "ok"},
+            {"review_id": at(12), "biz_id": at(2), "stars": 4, "text": "nice"},
+            {"review_id": at(13), "biz_id": None, "stars": 1, "text": "orphan"},
+            {"review_id": at(14), "biz_id": at(9), "stars": 2, "text": "no business"},
         ],
         "owner": [
-            {"owner_id": 100, "business_id": 1, "owner_name": "Ann"},
-            {"owner_id": 101, "business_id": 1, "owner_name": "Bob"},
-            {"owner_id": 102, "business_id": 2, "owner_name": "Cy"},
+            {"owner_id": at(100), "business_id": at(1), "owner_name": "Ann"},
+            {"owner_id": at(101), "business_id": at(1), "owner_name": "Bob"},
+            {"owner_id": at(102), "business_id": at(2), "owner_name": "Cy"},
         ],
     }
+
+
+def yelp_world(spark: SparkSession, tmp_path: Path, **extra: Any) -> World:
+    """Businesses, their reviews (1:N) and owners (a business with two owners and several reviews: N:M)."""
     return World.create(
         spark,
         tmp_path,
         [BUSINESS_INPUT, REVIEW_INPUT, OWNER_INPUT],
         {"business": BUSINESS, "review": REVIEW, "owner": OWNER},
-        rows,
+        yelp_rows(),
         **extra,
     )
 
 
-def test_three_inputs_one_to_many_and_many_to_many(spark: SparkSession, tmp_path: Path) -> None:
-    world = yelp_world(spark, tmp_path)
-    first = world.refresh()
-    assert first["mode"] == "full" and first["rows"]["inserted"] == 5  # 2 reviews x 2 owners + 1 x 1
-    out_columns = [c for c in read_rows(spark, str(tmp_path / "out"))[0] if not c.startswith("_fkjoin_")]
-    assert out_columns == ["biz_id", "name", "city", "review_id", "stars", "owner_id", "owner_name"]
+# ------------------------------------------------------------------- the yelp scenarios, refreshed together
 
-    world.upsert("business", [{"business_id": 1, "name": "Cafe Nova", "city": "SF"}])  # fans out to 4 rows
-    result = world.refresh()
-    assert result["mode"] == "incremental"
-    assert result["rows"]["updated"] == 4 and result["rows"]["join_keys_affected"] == 1
-
-    world.upsert("review", [{"review_id": 11, "biz_id": 2, "stars": 3, "text": "ok"}])  # moves to business 2
-    world.upsert("owner", [{"owner_id": 103, "business_id": 3, "owner_name": "Di"}])  # business 3 now joins
-    world.upsert("review", [{"review_id": 15, "biz_id": 3, "stars": 5, "text": "new"}])
-    result = world.refresh()
-    assert result["rows"] == {**result["rows"], "inserted": 2, "deleted": 2, "updated": 0}
-
-    world.delete("owner", [100])
-    world.delete("business", [2])
-    world.upsert("review", [{"review_id": 13, "biz_id": 1, "stars": 1, "text": "found"}])
-    world.refresh()
-    assert world.refresh()["mode"] == "noop"
+#: The yelp scenarios that share one world, each with its own copy of ``yelp_rows`` (ids moved up by the
+#: offset, so no two scenarios share a join key): what each changes, phase by phase, is in
+#: :func:`yelp_phases`. ``append`` changes nothing until the last step, which leaves its input repeating a
+#: key (no refresh can follow).
+OFFSETS = {"append": 0, "fan_out": 1000, "partners": 2000, "same_values": 3000}
 
 
-def test_a_row_and_its_partner_change_in_one_refresh(spark: SparkSession, tmp_path: Path) -> None:
-    """The double-count trap: a business and its review both change; each identity changes once."""
-    world = yelp_world(spark, tmp_path)
-    world.refresh()
-    world.upsert("business", [{"business_id": 2, "name": "Deli II", "city": "NY"}])
-    world.upsert("review", [{"review_id": 12, "biz_id": 2, "stars": 1, "text": "worse"}])
-    world.upsert("owner", [{"owner_id": 102, "business_id": 2, "owner_name": "Cyd"}])
-    result = world.refresh()
-    assert (result["rows"]["inserted"], result["rows"]["updated"], result["rows"]["deleted"]) == (0, 1, 0)
-    # an insert and the partner it joins, in one refresh: inserted once
-    world.upsert("business", [{"business_id": 4, "name": "Pub", "city": "SF"}])
-    world.upsert("review", [{"review_id": 16, "biz_id": 4, "stars": 2, "text": "meh"}])
-    world.upsert("owner", [{"owner_id": 104, "business_id": 4, "owner_name": "Ed"}])
-    result = world.refresh()
-    assert (result["rows"]["inserted"], result["rows"]["updated"], result["rows"]["deleted"]) == (1, 0, 0)
-    # a delete and its partner's update in one refresh: deleted once
-    world.delete("business", [4])
-    world.upsert("review", [{"review_id": 16, "biz_id": 4, "stars": 4, "text": "better"}])
-    result = world.refresh()
-    assert (result["rows"]["inserted"], result["rows"]["updated"], result["rows"]["deleted"]) == (0, 0, 1)
+class Counts(NamedTuple):
+    """A refresh's net changes to one scenario's output rows, from the output's change feed."""
+
+    inserted: int
+    updated: int
+    deleted: int
 
 
-def test_update_to_the_same_values_rewrites_nothing(spark: SparkSession, tmp_path: Path) -> None:
-    world = yelp_world(spark, tmp_path)
-    world.refresh()
-    world.upsert("business", [{"business_id": 1, "name": "Cafe", "city": "SF"}])
-    world.upsert("review", [{"review_id": 10, "biz_id": 1, "stars": 5, "text": "changed but excluded"}])
-    result = world.refresh()
-    assert (result["rows"]["inserted"], result["rows"]["updated"], result["rows"]["deleted"]) == (0, 0, 0)
+def counts_by_scenario(spark: SparkSession, out: str, start: int, end: int) -> dict[str, Counts]:
+    """Each scenario's net changes in the output's change feed over versions ``start`` .. ``end`` (the
+    feed is clean: ``World.refresh`` checked one net change per changed identity)."""
+    found: dict[str, Counter[str]] = {name: Counter() for name in OFFSETS}
+    owner = {offset: name for name, offset in OFFSETS.items()}
+    for change in read_changes(spark, out, start, end):
+        name = owner[change["_fkjoin_id__business__business_id"] // 1000 * 1000]
+        found[name][change["_change_type"]] += 1
+    return {name: Counts(c["insert"], c["update_postimage"], c["delete"]) for name, c in found.items()}
+
+
+@dataclass
+class YelpPhases:
+    """The shared yelp world after its phases: each refresh's result, each scenario's net changes per
+    refresh, the output's visible columns, and the final refused refresh."""
+
+    world: World
+    results: list[dict[str, Any]]
+    counts: list[dict[str, Counts]]
+    columns: list[str]
+    repeat_error: BaseException | None
+    version_before_repeat: int
+    version_after_repeat: int
+
+
+@pytest.fixture(scope="module")
+def yelp_phases(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> YelpPhases:
+    """The yelp scenarios of ``OFFSETS`` in one world, every refresh checked by ``World.refresh``
+    (output = model, clean change feed, result counts = the feed's):
+
+    0. the full refresh;
+    1. fan_out: business 1 renamed (fans out to 4 rows), alone in its refresh;
+    2. fan_out: a review moves business, an owner and a review make business 3 join;
+       partners: a business, its review and its owner change together;
+       same_values: a business upserted with its own values, a review in an excluded column only;
+    3. fan_out: an owner and a business deleted, a review's null join key set;
+       partners: a business inserted with its review and owner;
+    4. partners: that business deleted, its review updated;
+    5. nothing: a noop;
+    then append: an owner's key appended again, and the refresh refused.
+    """
+    root = tmp_path_factory.mktemp("yelp_phases")
+    rows: dict[str, list[Row]] = {"business": [], "review": [], "owner": []}
+    for offset in OFFSETS.values():
+        for name, table in yelp_rows(offset).items():
+            rows[name] += table
+    world = World.create(
+        spark,
+        root,
+        [BUSINESS_INPUT, REVIEW_INPUT, OWNER_INPUT],
+        {"business": BUSINESS, "review": REVIEW, "owner": OWNER},
+        rows,
+    )
+    fan, two, same = OFFSETS["fan_out"], OFFSETS["partners"], OFFSETS["same_values"]
+
+    def biz(i: int, name: str, city: str) -> Row:
+        return {"business_id": i, "name": name, "city": city}
+
+    def review(i: int, on: int, stars: int, text: str) -> Row:
+        return {"review_id": i, "biz_id": on, "stars": stars, "text": text}
+
+    def owner(i: int, on: int, name: str) -> Row:
+        return {"owner_id": i, "business_id": on, "owner_name": name}
+
+    def phase_2() -> None:
+        world.upsert("review", [review(fan + 11, fan + 2, 3, "ok")])  # moves to business 2
+        world.upsert("owner", [owner(fan + 103, fan + 3, "Di")])  # business 3 now joins
+        world.upsert("review", [review(fan + 15, fan + 3, 5, "new")])
+        # the double-count trap: a business and its review both change; each identity changes once
+        world.upsert("business", [biz(two + 2, "Deli II", "NY")])
+        world.upsert("review", [review(two + 12, two + 2, 1, "worse")])
+        world.upsert("owner", [owner(two + 102, two + 2, "Cyd")])
+        world.upsert("business", [biz(same + 1, "Cafe", "SF")])
+        world.upsert("review", [review(same + 10, same + 1, 5, "changed but excluded")])
+
+    def phase_3() -> None:
+        world.delete("owner", [fan + 100])
+        world.delete("business", [fan + 2])
+        world.upsert("review", [review(fan + 13, fan + 1, 1, "found")])
+        # an insert and the partner it joins, in one refresh: inserted once
+        world.upsert("business", [biz(two + 4, "Pub", "SF")])
+        world.upsert("review", [review(two + 16, two + 4, 2, "meh")])
+        world.upsert("owner", [owner(two + 104, two + 4, "Ed")])
+
+    def phase_4() -> None:
+        # a delete and its partner's update in one refresh: deleted once
+        world.delete("business", [two + 4])
+        world.upsert("review", [review(two + 16, two + 4, 4, "better")])
+
+    out = world.spec["output"]["path"]
+    changes = [
+        lambda: None,
+        lambda: world.upsert("business", [biz(fan + 1, "Cafe Nova", "SF")]),
+        phase_2,
+        phase_3,
+        phase_4,
+        lambda: None,
+    ]
+    results, counts = [], []
+    for change in changes:
+        change()
+        results.append(world.refresh())
+        start = 0 if len(world.versions) == 1 else world.versions[-2] + 1
+        end = world.versions[-1]
+        counts.append(counts_by_scenario(spark, out, start, end) if end >= start else {})
+    columns = [c for c in read_rows(spark, out)[0] if not c.startswith("_fkjoin_")]
+
+    before = table_version(spark, out)
+    repeat = spark.createDataFrame([(100, 2, "Ann again")], OWNER)
+    repeat.write.format("delta").mode("append").save(world.path("owner"))
+    repeat_error: BaseException | None = None
+    try:
+        run_spec(world.spec, spark=spark)
+    except InputDataError as error:
+        repeat_error = error
+    return YelpPhases(world, results, counts, columns, repeat_error, before, table_version(spark, out))
+
+
+def test_three_inputs_one_to_many_and_many_to_many(yelp_phases: YelpPhases) -> None:
+    """Phases 0-3 and 5 of the fan_out scenario (see :func:`yelp_phases`)."""
+    results, counts = yelp_phases.results, [c.get("fan_out") for c in yelp_phases.counts]
+    assert results[0]["mode"] == "full"
+    assert counts[0] == Counts(inserted=5, updated=0, deleted=0)  # 2 reviews x 2 owners + 1 x 1
+    assert yelp_phases.columns == ["biz_id", "name", "city", "review_id", "stars", "owner_id", "owner_name"]
+
+    assert results[1]["mode"] == "incremental"  # business 1 renamed: fans out to 4 rows
+    assert results[1]["rows"]["updated"] == 4 and results[1]["rows"]["join_keys_affected"] == 1
+    assert counts[1] == Counts(inserted=0, updated=4, deleted=0)
+
+    # review 11 moves to business 2, business 3 joins with its new owner and review
+    assert counts[2] == Counts(inserted=2, updated=0, deleted=2)
+    assert results[5]["mode"] == "noop"
+
+
+def test_a_row_and_its_partner_change_in_one_refresh(yelp_phases: YelpPhases) -> None:
+    """The double-count trap: a business and its review both change; each identity changes once. An
+    insert with its partners is inserted once; a delete with its partner's update is deleted once."""
+    counts = [c.get("partners") for c in yelp_phases.counts]
+    assert counts[2] == Counts(inserted=0, updated=1, deleted=0)
+    assert counts[3] == Counts(inserted=1, updated=0, deleted=0)
+    assert counts[4] == Counts(inserted=0, updated=0, deleted=1)
+
+
+def test_update_to_the_same_values_rewrites_nothing(yelp_phases: YelpPhases) -> None:
+    assert yelp_phases.results[2]["mode"] == "incremental"
+    assert yelp_phases.counts[2]["same_values"] == Counts(inserted=0, updated=0, deleted=0)
+
+
+def test_a_key_repeated_by_an_append_fails_the_refresh(yelp_phases: YelpPhases) -> None:
+    """An append of an existing key (on another join key) leaves the input repeating it: the refresh
+    fails as a full run would, naming the input's key, and writes nothing."""
+    error = yelp_phases.repeat_error
+    assert isinstance(error, InputDataError), error
+    assert re.search(r"owner.*duplicate keys.*\['owner_id'\].*owner_id=100", str(error))
+    assert yelp_phases.version_after_repeat == yelp_phases.version_before_repeat
 
 
 def test_two_inputs_and_four_inputs(spark: SparkSession, tmp_path: Path) -> None:
@@ -310,19 +447,6 @@ def test_pkey_repeated_by_an_update_or_beside_a_kept_row(spark: SparkSession, tm
     world.upsert("owner", [{"owner_id": 104, "business_id": 1, "owner_name": "Ann"}])  # beside owner 100
     with pytest.raises(InputDataError, match=r"review_id=1[01], owner_name='Ann'.*'owner'"):
         run_spec(world.spec, spark=spark)
-
-
-def test_a_key_repeated_by_an_append_fails_the_refresh(spark: SparkSession, tmp_path: Path) -> None:
-    """An append of an existing key (on another join key) leaves the input repeating it: the refresh
-    fails as a full run would, naming the input's key, and writes nothing."""
-    world = yelp_world(spark, tmp_path)
-    world.refresh()
-    before = table_version(spark, str(tmp_path / "out"))
-    repeat = spark.createDataFrame([(100, 2, "Ann again")], OWNER)
-    repeat.write.format("delta").mode("append").save(world.path("owner"))
-    with pytest.raises(InputDataError, match=r"owner.*duplicate keys.*\['owner_id'\].*owner_id=100"):
-        run_spec(world.spec, spark=spark)
-    assert table_version(spark, str(tmp_path / "out")) == before
 
 
 def test_many_to_many_guard(spark: SparkSession, tmp_path: Path) -> None:
