@@ -4,8 +4,9 @@ recomputed from scratch at the refresh's input versions, with a clean change fee
 Hypothesis draws tiny inputs (8 left keys, 5 right keys, FKs that include a null, a key that never
 exists and keys that are prefixes of each other) and a sequence of commits: inserts, updates, FK changes,
 deletes on both sides, identical rewrites, null-key rows, with refreshes in between, for an inner or a left
-join. Every refresh is checked by :class:`helpers.World` (mode, versions, one commit per refresh, counts,
-the oracle on every key, one net change per changed key in the output's change feed).
+join, into one output written with net changes and one written with MERGE. Every refresh is checked by
+:class:`helpers.World` (mode, versions, one commit per refresh, counts, the oracle on every key, one net
+change per changed key in the output's change feed), and the two outputs against each other.
 """
 
 from __future__ import annotations
@@ -83,30 +84,6 @@ def play(world: World, steps: list[Any], refresh: Callable[[], None]) -> None:
         refresh()
 
 
-@given(plan=plans(), adaptive=st.booleans())
-def test_refreshes_equal_recompute(spark: SparkSession, plan: dict[str, Any], adaptive: bool) -> None:
-    """Random change sequences, each refresh equal to the join recomputed; run as the small refreshes
-    they are (adaptive execution off) or, with ``adaptive``, as large ones are."""
-    with tempfile.TemporaryDirectory(prefix="fkjoin-prop-") as root, small_refresh_bound(spark, adaptive):
-        world = World(
-            spark,
-            root,
-            left_schema=LEFT,
-            right_schema=RIGHT,
-            left_key=["id"],
-            right_key=["rk"],
-            outputs={plan["how"]: OutputSpec(how=plan["how"], foreign_key=["fk"])},
-        )
-        world.create(plan["left"], plan["right"])
-
-        def refresh() -> None:
-            world.refresh()
-            for name in world.outputs:
-                world.assert_ok(name)
-
-        play(world, plan["steps"], refresh)
-
-
 def _feed(spark: SparkSession, path: str, start: int, end: int) -> list[tuple[Any, ...]]:
     """The output's change feed of versions ``start..end`` as sorted (change type, row) tuples, without
     the commit version and timestamp (the two outputs commit at their own versions and times)."""
@@ -121,13 +98,15 @@ def _feed(spark: SparkSession, path: str, start: int, end: int) -> list[tuple[An
     return sorted((tuple(row) for row in feed.collect()), key=repr)
 
 
-@given(plan=plans())
-def test_net_change_commits_equal_merge(spark: SparkSession, plan: dict[str, Any]) -> None:
-    """The same random change sequences refreshed through the net-change commit and through MERGE give
-    identical output tables and identical change feeds, refresh after refresh; and the net-change path
-    really is the one that wrote every incremental refresh of the first output."""
+@given(plan=plans(), adaptive=st.booleans())
+def test_refreshes_equal_recompute(spark: SparkSession, plan: dict[str, Any], adaptive: bool) -> None:
+    """Random change sequences refreshed into two outputs, one through the net-change commit and one
+    through MERGE: after every refresh each equals the join recomputed from scratch, and the two have
+    identical rows and identical change feeds, refresh after refresh; the net-change path really wrote
+    every incremental refresh of the first. Run as the small refreshes they are (adaptive execution off)
+    or, with ``adaptive``, as large ones are."""
     how = plan["how"]
-    with tempfile.TemporaryDirectory(prefix="fkjoin-paths-") as root:
+    with tempfile.TemporaryDirectory(prefix="fkjoin-prop-") as root, small_refresh_bound(spark, adaptive):
         world = World(
             spark,
             root,

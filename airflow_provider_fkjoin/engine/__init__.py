@@ -23,6 +23,7 @@ from .core.errors import (
     TableNotBootstrappedError,
 )
 from .core.locations import TABLE_SCHEMES, location_identity, normalise_location
+from .core.planning import RefreshResult
 from .core.protocol import (
     APP_INFO_PREFIX,
     ERROR_PREFIX,
@@ -100,6 +101,7 @@ __all__ = [
     "ConcurrentRefreshError",
     "FkJoinError",
     "InputDataError",
+    "RefreshResult",
     "SpecError",
     "TableMissingError",
     "TableNotBootstrappedError",

@@ -10,6 +10,7 @@ from pyspark.sql import SparkSession
 
 from .audit import audit_output
 from .core.errors import SpecError
+from .core.planning import RefreshResult
 from .core.progress import read_progress
 from .core.spec import WRITE_PATHS, AnySpec, load_spec, spec_expressions, spec_fingerprint
 from .delta.ownership import check_ownership
@@ -29,9 +30,9 @@ def run_spec(
     audit: bool = False,
     audit_examples: int = 0,
     origin: Mapping[str, Any] | None = None,
-) -> dict[str, Any]:
-    """Refresh a spec's output once and return the JSON-serialisable result dict (see
-    ``docs/concepts/result.md``).
+) -> RefreshResult | dict[str, Any]:
+    """Refresh a spec's output once and return the JSON-serialisable result dict (:class:`RefreshResult`,
+    ``docs/concepts/result.md``; with ``audit`` the audit's report instead).
 
     The output's ownership is checked first (:mod:`.delta.ownership`): nothing is read or written for a spec
     that must not write its output. ``full_refresh`` rebuilds the output from the inputs whatever its

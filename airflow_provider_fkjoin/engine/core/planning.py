@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, NotRequired, TypedDict
 
 from .progress import InputProgress, Progress
 
@@ -170,6 +170,62 @@ def cdf_unavailable_reason(side: str, location: str, after: int, to: int, error:
     )
 
 
+class OutputVersion(TypedDict):
+    """The result's ``output``: the output's location and the Delta version that holds the refresh."""
+
+    path: str
+    version: int | None
+
+
+class InputRange(TypedDict):
+    """The result's ``inputs[side]``: the input's location and the versions this refresh consumed."""
+
+    path: str
+    from_version: int | None
+    to_version: int | None
+
+
+class RefreshResult(TypedDict):
+    """The result dict of a refresh: the one type behind ``run_spec``'s return value, the XCom of every
+    join operator and ``fkjoin run``'s last line, documented field by field in ``docs/concepts/result.md``.
+    JSON-serialisable. Every kind returns the fields without ``NotRequired``; ``rows`` holds the kind's
+    counts (``inserted``, ``updated``, ``deleted`` and its own), and a kind may add top-level fields.
+
+    >>> plan = RefreshPlan("noop", "no new input versions since the last refresh", {})
+    >>> result = refresh_result(kind="foreign_key_join", plan=plan, output_location="/w/out",
+    ...     output_version=3, inputs={}, rows={}, warnings=[], started=time.monotonic())
+    >>> result["mode"], result["output"]
+    ('noop', {'path': '/w/out', 'version': 3})
+    """
+
+    kind: str
+    mode: Literal["full", "incremental", "noop"]
+    reason: str
+    output: OutputVersion
+    inputs: dict[str, InputRange]
+    rows: dict[str, Any]
+    warnings: list[str]
+    duration_s: float
+    #: How the commit was written (``net_changes``, ``merge``, ``create``, ``overwrite``; None for a noop);
+    #: keyed outputs only.
+    write_path: NotRequired[str | None]
+    #: Whether the refresh compacted the output after its commit; keyed outputs only.
+    compacted: NotRequired[bool]
+    #: Seconds after the start at which the refresh reached each phase, in order.
+    phases: NotRequired[dict[str, float]]
+    #: Where the Airflow hook got the result when not from a refresh run just now: ``"precheck"`` (the
+    #: no-JVM noop check) or ``"delta_log"`` (read back from the output's commit); the hook adds
+    #: ``"driver_stdout"`` for a result the driver printed.
+    source: NotRequired[str]
+    #: ``global_table_bootstrap``: the source version pinned, the one the output holds, and whether they
+    #: are still equal when the refresh ends.
+    high_watermark: NotRequired[int]
+    checkpoint: NotRequired[int | None]
+    caught_up: NotRequired[bool]
+    #: ``windowed_join`` in stream mode and ``self_join``: ``"self_join"`` when it ran as one, else None.
+    optimized: NotRequired[str | None]
+
+
 def refresh_result(
     *,
     kind: str,
@@ -181,14 +237,14 @@ def refresh_result(
     warnings: list[str],
     started: float,
     **extra: Any,
-) -> dict[str, Any]:
-    """The result dict every kind returns (the contract in ``docs/concepts/result.md``), plus the kind's own
-    ``extra`` fields.
+) -> RefreshResult:
+    """The result dict every kind returns (:class:`RefreshResult`, the contract in
+    ``docs/concepts/result.md``), plus the kind's own ``extra`` fields.
 
     ``inputs`` maps a side to ``{"path", "from_version", "to_version"}``; ``started`` is the
     ``time.monotonic()`` of the refresh's start.
     """
-    return {
+    return {  # type: ignore[typeddict-item]  # the kind's extra fields are NotRequired keys
         "kind": kind,
         "mode": plan.mode,
         "reason": plan.reason,

@@ -53,7 +53,7 @@ from ..delta.tables import (
     require_columns,
 )
 from ..runtime.expressions import analysed, check_expressions, schema_probe
-from ..write.merge import PRESENT, Commit, CommitRequest, merge_output, write_full_output
+from ..write.merge import PRESENT, Commit, CommitRequest, write_full_output
 from ..write.net_changes import NetChanges, net_changes
 from ..write.refresh import KindRefresh, RefreshContext, Written
 
@@ -352,11 +352,14 @@ def _incremental(
             net = net_changes(old, affected.joined, shape.left_key, shape.value_columns)
             recomputed = affected.verify()
         phase("merge_started")
-        commit = refresh.commit_net_changes(net, shape.left_key, request) if net is not None else None
-        if commit is None:
+
+        def merge_source() -> DataFrame:
+            nonlocal recomputed
             source = _merge_source(affected, cached)
             recomputed = affected.verify()
-            commit = merge_output(output, source, shape.left_key, shape.value_columns, request)
+            return source
+
+        commit = refresh.write(net, shape.left_key, shape.value_columns, request, merge_source)
     finally:
         if net is not None:
             net.release()

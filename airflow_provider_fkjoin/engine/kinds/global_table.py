@@ -51,7 +51,7 @@ from ..delta.tables import (
     require_columns,
     table_size_bytes,
 )
-from ..write.merge import PRESENT, Commit, CommitRequest, merge_output, write_full_output
+from ..write.merge import PRESENT, Commit, CommitRequest, write_full_output
 from ..write.net_changes import NetChanges, net_changes
 from ..write.refresh import KindRefresh, RefreshContext, Written
 
@@ -155,6 +155,7 @@ class GlobalTableRefresh(KindRefresh):
                 self.output,
                 after,
                 self.high_watermark,
+                refresh,
                 request,
             )
         )
@@ -233,17 +234,17 @@ def _incremental_table(
             assert changes.before is not None
             net = net_changes(changes.before, rows, shape.key, shape.value_columns)
         phase("merge_started")
-        commit = refresh.commit_net_changes(net, shape.key, request) if net is not None else None
-        if commit is None:
+
+        def merge_source() -> DataFrame:
             retractions = changes.keys.join(
                 rows.select(*[quote(c) for c in shape.key]), on=shape.key, how="left_anti"
             )
-            merge_source = rows.withColumn(PRESENT, F.lit(True)).unionByName(
+            source = rows.withColumn(PRESENT, F.lit(True)).unionByName(
                 retractions.withColumn(PRESENT, F.lit(False)), allowMissingColumns=True
             )
-            commit = merge_output(
-                output, maybe_broadcast(merge_source, changes.count), shape.key, shape.value_columns, request
-            )
+            return maybe_broadcast(source, changes.count)
+
+        commit = refresh.write(net, shape.key, shape.value_columns, request, merge_source)
     finally:
         if net is not None:
             net.release()
@@ -260,6 +261,7 @@ def _incremental_changelog(
     output: DeltaHandle,
     after: int,
     to: int,
+    refresh: RefreshContext,
     request: CommitRequest,
 ) -> tuple[Commit, dict[str, Any]]:
     """A changelog source: apply only the events appended since the checkpoint.
@@ -319,8 +321,8 @@ def _incremental_changelog(
             (~F.col("is_delete")).alias(PRESENT),
         )
         phase("merge_started")
-        commit = merge_output(
-            output, maybe_broadcast(merge_source, applied), shape.key, shape.value_columns, request
+        commit = refresh.write(
+            None, shape.key, shape.value_columns, request, lambda: maybe_broadcast(merge_source, applied)
         )
     finally:
         for frame in cached:

@@ -65,7 +65,7 @@ from ..delta.tables import (
     pinned_input,
     require_columns,
 )
-from ..write.merge import PRESENT, merge_output, write_full_output
+from ..write.merge import PRESENT, write_full_output
 from ..write.net_changes import CHANGE, PRE_IMAGE, NetChanges, net_changes
 from ..write.refresh import KindRefresh, RefreshContext, Written
 from .fk_join import JoinInput, null_keys_of, read_changes_of, read_input
@@ -519,13 +519,13 @@ def _incremental(
                 duplicates = check_pkey(spec, shape, written, others, refresh.warnings)
         phase("merge_started")
         request = refresh.request("incremental", reason)
-        commit = None
-        if refresh.direct_write_possible(True):
-            commit = refresh.commit_net_changes(net, shape.identity, request)
-        if commit is None:
-            commit = merge_output(
-                output, _merge_source(net, shape, cached), shape.identity, shape.value_columns, request
-            )
+        commit = refresh.write(
+            net if refresh.direct_write_possible(True) else None,
+            shape.identity,
+            shape.value_columns,
+            request,
+            lambda: _merge_source(net, shape, cached),
+        )
     finally:
         if net is not None:
             net.release()

@@ -24,10 +24,17 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 
 from ..core.errors import FullRebuildRefusedError
-from ..core.planning import InputState, RebuildRequired, RefreshPlan, plan_refresh, refresh_result
+from ..core.planning import (
+    InputState,
+    RebuildRequired,
+    RefreshPlan,
+    RefreshResult,
+    plan_refresh,
+    refresh_result,
+)
 from ..core.progress import (
     InputProgress,
     OutputLog,
@@ -40,7 +47,7 @@ from ..core.trace import phase, phase_timeline
 from ..delta.ownership import Ownership
 from ..delta.tables import DeltaHandle, TableState
 from ..runtime.session import SMALL_REFRESH_BYTES_CONF, small_refresh
-from .merge import Commit, CommitRequest
+from .merge import Commit, CommitRequest, merge_output
 from .net_changes import MergeRequired, NetChanges, commit_net_changes, compact_output
 
 log = logging.getLogger(__name__)
@@ -139,6 +146,27 @@ class RefreshContext:
             and not self.ownership.claim
         )
 
+    def write(
+        self,
+        net: NetChanges | None,
+        key: list[str],
+        value_columns: list[str],
+        request: CommitRequest,
+        merge_source: Callable[[], DataFrame],
+    ) -> Commit:
+        """The incremental commit, by the one route every kind takes: ``net`` (the net changes, when the
+        kind computed them because :meth:`direct_write_possible`) committed without MERGE, else, or when
+        that path cannot prove itself right, one MERGE of ``merge_source()`` (built only then).
+
+        >>> commit = refresh.write(net, ["order_id"], ["name"], request, lambda: merge_rows)  # doctest: +SKIP
+        >>> commit.write_path  # doctest: +SKIP
+        'net_changes'
+        """
+        commit = self.commit_net_changes(net, key, request) if net is not None else None
+        if commit is None:
+            commit = merge_output(self.output, merge_source(), key, value_columns, request)
+        return commit
+
     def commit_net_changes(
         self, changes: NetChanges, key: list[str], request: CommitRequest
     ) -> Commit | None:
@@ -183,7 +211,7 @@ class RefreshContext:
         *,
         inputs: dict[str, dict[str, Any]] | None = None,
         **extra: Any,
-    ) -> dict[str, Any]:
+    ) -> RefreshResult:
         """The result dict (its warnings logged once); ``inputs`` defaults to each consumed input's path
         and version range."""
         for warning in self.warnings:
@@ -363,7 +391,7 @@ class KindRefresh(ABC):
 
     def result(
         self, refresh: RefreshContext, plan: RefreshPlan, commit: Commit | None, rows: dict[str, Any]
-    ) -> dict[str, Any]:
+    ) -> RefreshResult:
         """The result dict; ``commit`` is None for a noop. A keyed output's reports its write path."""
         version = commit.version if commit is not None else refresh.previous_output_version
         fields = self.result_fields(refresh, plan, version)
@@ -393,7 +421,7 @@ def pin_inputs(
     return pinned
 
 
-def refresh_once(kind: KindRefresh, options: RunOptions) -> dict[str, Any]:
+def refresh_once(kind: KindRefresh, options: RunOptions) -> RefreshResult:
     """Refresh one output once with ``kind``'s algorithm: the skeleton every kind shares.
 
     Pin the inputs, let the kind read them, plan from the output's log; a noop returns at once; an
@@ -411,7 +439,7 @@ def refresh_once(kind: KindRefresh, options: RunOptions) -> dict[str, Any]:
     return result
 
 
-def _refresh(kind: KindRefresh, options: RunOptions, started: float) -> dict[str, Any]:
+def _refresh(kind: KindRefresh, options: RunOptions, started: float) -> RefreshResult:
     states = pin_inputs(kind.handles, kind.before_pin)
     phase("pinned")
     current = kind.prepare(states)
@@ -457,7 +485,7 @@ def _write(
     refresh: RefreshContext,
     plan: RefreshPlan,
     current: dict[str, InputState],
-) -> dict[str, Any]:
+) -> RefreshResult:
     """Run the kind's incremental path (falling back to a full rebuild) or its full rebuild."""
     if plan.mode == "incremental":
         try:

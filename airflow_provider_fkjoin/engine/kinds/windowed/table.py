@@ -38,7 +38,7 @@ from ...core.trace import phase
 from ...delta.changes import ChangedKeys, KeyCheck, check_keys_of, maybe_broadcast
 from ...delta.tables import DeltaHandle, TableState, key_is_null, pinned_input, require_columns
 from ...runtime.expressions import analysed, check_expressions, schema_probe
-from ...write.merge import PRESENT, Commit, merge_output, write_full_output
+from ...write.merge import PRESENT, Commit, write_full_output
 from ...write.refresh import KindRefresh, RefreshContext, Written
 from ..fk_join import ForeignKeyJoinRefresh, JoinInput, read_changes_of, read_input
 from ..fk_join import expected_output as fk_expected_output
@@ -330,8 +330,8 @@ def _incremental(
         cached.append(source)
         phase("merge_started")
         request = refresh.request("incremental", plan.reason)
-        commit = merge_output(
-            output, maybe_broadcast(source, source.count()), shape.key, shape.value_columns, request
+        commit = refresh.write(
+            None, shape.key, shape.value_columns, request, lambda: maybe_broadcast(source, source.count())
         )
         return commit, count
     finally:
