@@ -1,7 +1,7 @@
-"""The no-JVM noop check (``engine.logs.watermarks.noop_result``): what the Airflow hook runs before starting
-Spark. Its one promise: when it says ``noop``, a real refresh would have found nothing to do and left the
-output as it is. The oracle is a real refresh run right after each check, on real Delta tables, and the
-inputs' own versions read back; the check must also say None whenever the refresh has work to do."""
+"""The no-JVM noop check (``engine.deltalog.watermarks.noop_result``): what the Airflow hook runs before
+starting Spark. Its one promise: when it says ``noop``, a real refresh would have found nothing to do and
+left the output as it is. The oracle is a real refresh run right after each check, on real Delta tables,
+and the inputs' own versions read back; the check must also say None whenever the refresh has work to do."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from delta.tables import DeltaTable
 from helpers import CUSTOMERS, ORDERS, orders_customers, write
 
 from airflow_provider_fkjoin.engine import high_watermark, run_spec
-from airflow_provider_fkjoin.engine.logs.watermarks import noop_result
+from airflow_provider_fkjoin.engine.deltalog.watermarks import noop_result
 
 
 @pytest.fixture
@@ -99,7 +99,7 @@ def test_the_check_loads_no_pyspark(spark, fk) -> None:
     script = (
         "import json, sys\n"
         "sys.modules['pyspark'] = None  # any import of pyspark now raises ImportError\n"
-        "from airflow_provider_fkjoin.engine.logs.watermarks import noop_result\n"
+        "from airflow_provider_fkjoin.engine.deltalog.watermarks import noop_result\n"
         f"print(json.dumps(noop_result(json.loads({json.dumps(json.dumps(spec))}))))\n"
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)

@@ -1,4 +1,5 @@
-"""No-JVM progress helpers (``engine.logs.watermarks``): versions and refresh commits read with ``deltalake``.
+"""No-JVM progress helpers (``engine.deltalog.watermarks``): versions and refresh commits read with
+``deltalake``.
 
 Tables are written with ``deltalake`` itself (no Spark), plus one real refresh commit from the engine
 for ``progress``/``consumed_version``/``refresh_result_from_commit``."""
@@ -21,7 +22,7 @@ from airflow_provider_fkjoin.engine import (
     refresh_result_from_commit,
     run_spec,
 )
-from airflow_provider_fkjoin.engine.logs.watermarks import parse_commit_metadata
+from airflow_provider_fkjoin.engine.deltalog.watermarks import parse_commit_metadata
 
 
 def _write(path: Path, rows: list[int], metadata: str | None = None) -> None:
@@ -160,7 +161,7 @@ def _refresh(output: Path, kind: str, inputs: dict[str, tuple[Path, int]]) -> No
 def test_lag_too_far_back_to_date_is_unknown_not_zero(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from airflow_provider_fkjoin.engine.logs import freshness
+    from airflow_provider_fkjoin.engine.deltalog import freshness
 
     source, out = tmp_path / "source", tmp_path / "out"
     for i in range(4):  # versions 0-3

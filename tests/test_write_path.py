@@ -264,7 +264,7 @@ def test_a_concurrent_refresh_that_changed_nothing_still_fails_the_other(spark, 
     """Two runs of the same refresh (same seq): the first commits no data change (only its progress),
     so no file conflicts with the second, which still must not commit the same seq again. The
     transaction reads the refresh's ``txnVersion``, so Delta fails the second commit cleanly."""
-    from airflow_provider_fkjoin.engine.core.progress import read_output_log
+    from airflow_provider_fkjoin.engine.delta.output_log import read_output_log
     from airflow_provider_fkjoin.engine.runtime import engine_procedure
 
     spec, out = tables["spec"], tables["out"]

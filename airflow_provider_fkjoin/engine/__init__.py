@@ -6,7 +6,7 @@ Public API (stable; see docs/concepts/result.md and the spec reference)::
     result = run_spec("spec.yaml", spark=get_spark())
 
 Importing this package is light: the Spark-side names (``get_spark``, ``run_spec``, ...) load pyspark
-on first use, so the Airflow scheduler and triggerer can use the no-JVM helpers in :mod:`.logs.watermarks`
+on first use, so the Airflow scheduler and triggerer can use the no-JVM helpers in :mod:`.deltalog.watermarks`
 (``high_watermark``, ``progress``) without importing pyspark.
 """
 
@@ -35,8 +35,8 @@ from .core.protocol import (
     EXIT_RETRY,
     PHASE_MARKER,
 )
-from .logs.freshness import output_freshness
-from .logs.watermarks import (
+from .deltalog.freshness import output_freshness
+from .deltalog.watermarks import (
     TableMissingError,
     consumed_input,
     consumed_version,

@@ -23,8 +23,8 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from .core.errors import SpecError
-from .core.progress import read_progress
 from .core.spec import quote
+from .delta.output_log import read_progress
 from .delta.tables import DeltaHandle, TableState, values_equal
 from .kinds import KINDS, ExpectedOutput
 

@@ -11,14 +11,14 @@ from pyspark.sql import SparkSession
 from .audit import audit_output
 from .core.errors import SpecError
 from .core.planning import RefreshResult
-from .core.progress import read_progress
 from .core.spec import WRITE_PATHS, AnySpec, load_spec, spec_expressions, spec_fingerprint
+from .delta.output_log import read_progress
 from .delta.ownership import check_ownership
 from .delta.tables import DeltaHandle, opened_once
 from .kinds import KINDS
+from .refresh.skeleton import RunOptions, refresh_once
 from .runtime.expressions import row_errors
 from .runtime.session import get_spark
-from .write.refresh import RunOptions, refresh_once
 
 
 def run_spec(
@@ -49,7 +49,7 @@ def run_spec(
 
     ``origin`` names who runs the refresh (plain JSON values; the Airflow hook gives the task instance's
     ``dag_id``, ``run_id``, ``task_id``, ``map_index`` and ``try_number``). It is recorded in the refresh's
-    commit, so a retry finds what an earlier try committed (:func:`.logs.watermarks.refresh_by_origin`).
+    commit, so a retry finds what an earlier try committed (:func:`.deltalog.watermarks.refresh_by_origin`).
     """
     if write_path not in WRITE_PATHS:
         raise SpecError(f"write_path must be one of {', '.join(WRITE_PATHS)}, not {write_path!r}")

@@ -11,7 +11,7 @@ import pytest
 from dags_support import Airflow
 from support.example_dags import check_kip213, check_kip213_events, check_kip213_run
 
-from airflow_provider_fkjoin.engine.logs.watermarks import progress
+from airflow_provider_fkjoin.engine.deltalog.watermarks import progress
 
 # Spark and Airflow start several JVMs and interpreters per DAG run: allow for a busy machine.
 pytestmark = pytest.mark.timeout(2400)

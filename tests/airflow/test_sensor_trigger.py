@@ -23,7 +23,7 @@ from airflow.sdk.exceptions import (
 )
 from airflow_support import FakeStateStore, record_refresh, write_table
 
-from airflow_provider_fkjoin.engine.logs.watermarks import TableMissingError
+from airflow_provider_fkjoin.engine.deltalog.watermarks import TableMissingError
 from airflow_provider_fkjoin.sensors import HighWatermarkSensor
 from airflow_provider_fkjoin.sensors.high_watermark import GOAL_KEY
 from airflow_provider_fkjoin.triggers import HighWatermarkTrigger

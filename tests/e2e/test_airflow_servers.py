@@ -50,7 +50,7 @@ from support.example_dags import (
     check_kip213_run,
 )
 
-from airflow_provider_fkjoin.engine.logs.watermarks import progress
+from airflow_provider_fkjoin.engine.deltalog.watermarks import progress
 from airflow_provider_fkjoin.links import table_uri
 
 if TYPE_CHECKING:

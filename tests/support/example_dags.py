@@ -26,7 +26,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from airflow_provider_fkjoin.engine.logs.watermarks import progress
+from airflow_provider_fkjoin.engine.deltalog.watermarks import progress
 
 REPO = Path(__file__).resolve().parents[2]
 AIRFLOW = str(Path(sys.executable).parent / "airflow")

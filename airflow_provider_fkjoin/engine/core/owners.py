@@ -9,7 +9,7 @@ with the spec's ``kind``, a hash of its inputs' identities (``spec``) and, when 
   that now names an owner claims it (the upgrade path), any other spec is refused;
 * an output recorded with a named owner is refused to every other name, and to a spec naming none.
 
-Both the Spark refresh (:mod:`..delta.ownership`) and the no-JVM noop check (:mod:`..logs.watermarks`)
+Both the Spark refresh (:mod:`..delta.ownership`) and the no-JVM noop check (:mod:`..deltalog.watermarks`)
 decide with :func:`owner_verdict`, so they never disagree.
 
     >>> owner_verdict('{"kind": "foreign_key_join", "owner": "sales.orders", "spec": "3f1c"}',

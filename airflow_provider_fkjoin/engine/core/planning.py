@@ -19,7 +19,7 @@ from .progress import InputProgress, Progress
 class RebuildRequired(Exception):
     """An incremental refresh cannot go on (a change feed is gone, the output's columns differ from the
     join's); the message is the full-rebuild reason. The refresh skeleton
-    (:func:`..write.refresh.refresh_once`) catches it and rebuilds."""
+    (:func:`..refresh.skeleton.refresh_once`) catches it and rebuilds."""
 
 
 @dataclass(frozen=True)
@@ -102,7 +102,7 @@ def plan_refresh(
 
     ``full_refresh`` is the caller's explicit request; ``output_exists`` tells a first run from an
     output whose progress is gone; ``changed_by_others`` is why the output's rows no longer match its
-    progress (:func:`.progress.read_output_log`).
+    progress (:func:`..delta.output_log.read_output_log`).
     """
     no_from: dict[str, int | None] = dict.fromkeys(current)
     if full_refresh:

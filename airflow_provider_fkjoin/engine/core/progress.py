@@ -15,18 +15,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import threading
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:  # importing this module must not load pyspark: the no-JVM noop check reads progress too
-    from pyspark.sql import SparkSession
-
-    from ..delta.tables import DeltaHandle
+from typing import Any
 
 METADATA_KEY = "fkjoin"
 FORMAT_VERSION = 1
@@ -130,31 +122,6 @@ class OutputLog:
     size_bytes: int | None = None
 
 
-def read_progress(output: DeltaHandle) -> Progress | None:
-    """The newest progress in the output's history (later commits by others are skipped)."""
-    return read_output_log(output).progress
-
-
-def read_output_log(output: DeltaHandle) -> OutputLog:
-    """Read the output's progress, others' changes since it, and the refresh sequence (see OutputLog)."""
-    if not output.exists():
-        return OutputLog(None, None, transaction_app_id(output.ref.identity), 0, None)
-    state = output.state(with_size=True)
-    app_id = transaction_app_id(state.table_id)
-    scan = scan_history(output.history(HISTORY_SCAN), output.location)
-    recorded = output.transaction_version(app_id) or 0
-    last_seq = max(recorded, scan.progress.seq if scan.progress else 0)
-    return OutputLog(
-        scan.progress,
-        scan.changed_by_others,
-        app_id,
-        last_seq,
-        state.table_id,
-        scan.latest_version,
-        state.size_bytes,
-    )
-
-
 @dataclass(frozen=True)
 class HistoryScan:
     """What an output's newest commits say: the latest refresh progress, why the rows changed since
@@ -170,7 +137,7 @@ def scan_history(entries: list[dict[str, Any]], location: str = "the output") ->
     ``userMetadata``) to its latest refresh commit, noting any commit since that changed rows.
 
     Pure, so the engine (reading through Spark or ``deltalake``) and the no-JVM noop check
-    (:func:`..logs.watermarks.noop_result`) decide the same way.
+    (:func:`..deltalog.watermarks.noop_result`) decide the same way.
 
     >>> scan_history([{"version": 8, "operation": "OPTIMIZE", "userMetadata": None},
     ...               {"version": 7, "operation": "MERGE", "userMetadata": '{"fkjoin": {...}}'}]).progress.seq
@@ -233,7 +200,7 @@ def new_progress_metadata(
 def with_row_counts(user_metadata: str, rows: dict[str, int]) -> str:
     """A commit's progress metadata with the rows the commit changes, for a commit whose row counts Delta
     does not record (one built without MERGE records no operation metrics): a result rebuilt from the log
-    (:func:`..logs.watermarks.refresh_result_from_commit`) then reports them.
+    (:func:`..deltalog.watermarks.refresh_result_from_commit`) then reports them.
 
     >>> json.loads(with_row_counts('{"fkjoin": {"seq": 3}}', {"inserted": 2}))["fkjoin"]["rows"]
     {'inserted': 2}
@@ -250,63 +217,3 @@ def transaction_app_id(output_identity: str) -> str:
     catalog name, give the same id), and from its normalised location for the commit that creates it.
     """
     return "fkjoin-" + hashlib.sha256(output_identity.encode()).hexdigest()[:24]
-
-
-_COMMIT_LOCK = threading.RLock()
-#: The session settings through which a Delta DML commit carries our progress and transaction id.
-_USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
-_TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
-_TXN_VERSION = "spark.databricks.delta.write.txnVersion"
-
-
-@contextmanager
-def commit_settings(spark: SparkSession, *, user_metadata: str, app_id: str, seq: int) -> Iterator[None]:
-    """Session settings that make the next Delta DML commit carry our progress and transaction id.
-
-    The settings are session-wide, so commits from threads sharing a session take turns.
-    """
-    with _COMMIT_LOCK:
-        yield from _with_commit_settings(
-            spark,
-            {_USER_METADATA: user_metadata, _TXN_APP_ID: app_id, _TXN_VERSION: str(seq)},
-        )
-
-
-@contextmanager
-def metadata_settings(spark: SparkSession, user_metadata: str) -> Iterator[None]:
-    """Session settings that make the next Delta commit carry our progress as its user metadata
-    (a commit built by hand adds its own ``SetTransaction``). Commits sharing a session take turns."""
-    with _COMMIT_LOCK:
-        yield from _with_commit_settings(spark, {_USER_METADATA: user_metadata})
-
-
-@contextmanager
-def without_commit_metadata(spark: SparkSession) -> Iterator[None]:
-    """No progress or transaction id in the session for the next commit (a compaction's OPTIMIZE),
-    whatever another thread sharing the session is about to commit: commits take turns."""
-    with _COMMIT_LOCK:
-        yield from _with_commit_settings(spark, dict.fromkeys((_USER_METADATA, _TXN_APP_ID, _TXN_VERSION)))
-
-
-@contextmanager
-def session_settings(spark: SparkSession, settings: dict[str, str]) -> Iterator[None]:
-    """Set Spark session conf for the duration of a block, then restore what was there."""
-    yield from _with_commit_settings(spark, settings)
-
-
-def _with_commit_settings(spark: SparkSession, settings: dict[str, str | None]) -> Iterator[None]:
-    """Set (or, for None, unset) each setting for the block, then restore what was there."""
-    previous = {key: spark.conf.get(key, None) for key in settings}
-    for key, value in settings.items():
-        if value is None:
-            spark.conf.unset(key)
-        else:
-            spark.conf.set(key, value)
-    try:
-        yield
-    finally:
-        for key, value in previous.items():
-            if value is None:
-                spark.conf.unset(key)
-            else:
-                spark.conf.set(key, value)

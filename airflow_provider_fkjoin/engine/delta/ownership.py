@@ -29,7 +29,7 @@ from pyspark.sql import SparkSession
 from ..core.errors import SpecError
 from ..core.locations import is_within
 from ..core.owners import describe_owner, owner_verdict, spec_owner
-from ..core.progress import read_progress
+from ..delta.output_log import read_progress
 from .tables import OWNER_PROPERTY, DeltaHandle
 
 

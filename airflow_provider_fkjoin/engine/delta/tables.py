@@ -27,7 +27,7 @@ from ..core.locations import local_path, location_identity
 from ..core.owners import OWNER_PROPERTY
 from ..core.planning import InputState, schema_columns
 from ..core.spec import RESERVED_PREFIX, TableRef, quote
-from ..logs.watermarks import history_of
+from ..deltalog.watermarks import history_of
 from ..runtime import internals
 from ..runtime.session import is_connect
 

@@ -19,12 +19,12 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 
 from ..delta.tables import TableState
-from ..write.refresh import KindRefresh
+from ..refresh.skeleton import KindRefresh
 from . import fk_join, global_table, multiway_join, stream_join
 from .windowed import self_join, windowed_join_refresh
 from .windowed import table as windowed_table
 
-#: A spec's refresh: its kind's algorithm, which :func:`..write.refresh.refresh_once` runs.
+#: A spec's refresh: its kind's algorithm, which :func:`..refresh.skeleton.refresh_once` runs.
 Refresh = Callable[[Any, SparkSession], KindRefresh]
 #: The output a spec should hold given its inputs at pinned versions: (rows, key columns, columns).
 ExpectedOutput = Callable[[Any, SparkSession, dict[str, TableState]], tuple[DataFrame, list[str], list[str]]]

@@ -52,10 +52,10 @@ from ..delta.tables import (
     pinned_input,
     require_columns,
 )
+from ..refresh.skeleton import KindRefresh, RefreshContext, Written
 from ..runtime.expressions import analysed, check_expressions, schema_probe
 from ..write.merge import PRESENT, Commit, CommitRequest, write_full_output
 from ..write.net_changes import NetChanges, net_changes
-from ..write.refresh import KindRefresh, RefreshContext, Written
 
 SIDES = ("left", "right")
 FK_PREFIX = "_fkjoin_fk"

@@ -51,9 +51,9 @@ from ..delta.tables import (
     require_columns,
     table_size_bytes,
 )
+from ..refresh.skeleton import KindRefresh, RefreshContext, Written
 from ..write.merge import PRESENT, Commit, CommitRequest, write_full_output
 from ..write.net_changes import NetChanges, net_changes
-from ..write.refresh import KindRefresh, RefreshContext, Written
 
 SIDE = "source"
 

@@ -65,9 +65,9 @@ from ..delta.tables import (
     pinned_input,
     require_columns,
 )
+from ..refresh.skeleton import KindRefresh, RefreshContext, Written
 from ..write.merge import PRESENT, write_full_output
 from ..write.net_changes import CHANGE, PRE_IMAGE, NetChanges, net_changes
-from ..write.refresh import KindRefresh, RefreshContext, Written
 from .fk_join import JoinInput, null_keys_of, read_changes_of, read_input
 
 ID_PREFIX = "_fkjoin_id__"

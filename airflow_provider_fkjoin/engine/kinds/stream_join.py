@@ -43,11 +43,12 @@ from pyspark.sql import functions as F
 
 from ..core.errors import SpecError, TableNotBootstrappedError
 from ..core.planning import InputState, RefreshPlan
-from ..core.progress import InputProgress, read_progress
+from ..core.progress import InputProgress
 from ..core.spec import StreamTableJoinSpec, TableRef, quote
 from ..core.trace import phase
 from ..delta import changelog as cl
 from ..delta.changes import BROADCAST_LIMIT_ROWS, check_keys, feed_errors, read_feed
+from ..delta.output_log import read_progress
 from ..delta.tables import (
     CDF_COLUMNS,
     DeltaHandle,
@@ -58,10 +59,10 @@ from ..delta.tables import (
     require_columns,
     table_size_bytes,
 )
-from ..logs import watermarks
+from ..deltalog import watermarks
+from ..refresh.skeleton import KindRefresh, RefreshContext, Written
 from ..runtime.expressions import analysed, check_expressions, schema_probe
 from ..write.merge import Commit, CommitRequest, append_output
-from ..write.refresh import KindRefresh, RefreshContext, Written
 
 MAPPED_PREFIX = "_fkjoin_mk"
 BOOTSTRAP_KIND = "global_table_bootstrap"

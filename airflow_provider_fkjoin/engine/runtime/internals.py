@@ -243,7 +243,8 @@ class AppendTransaction:
 
     def commit(self, files: Any, seq: int) -> int:
         """Commit ``files`` with the refresh's ``SetTransaction`` as one blind ``WRITE``; returns the
-        commit's version. User metadata comes from the session (:func:`..core.progress.metadata_settings`)."""
+        commit's version. User metadata comes from the session
+        (:func:`.commit_settings.metadata_settings`)."""
         jvm = self._jvm
         actions = jvm.java.util.ArrayList()
         actions.addAll(jvm.scala.jdk.javaapi.CollectionConverters.asJava(files))

@@ -25,16 +25,12 @@ from pyspark.sql import types as T
 
 from ..core.errors import ConcurrentRefreshError, SpecError
 from ..core.planning import RebuildRequired
-from ..core.progress import (
-    commit_settings,
-    metadata_settings,
-    session_settings,
-)
 from ..core.spec import quote
 from ..core.trace import phase
 from ..delta.ownership import OWNER_PROPERTY
 from ..delta.tables import DeltaHandle, values_equal
 from ..runtime import internals
+from ..runtime.commit_settings import commit_settings, metadata_settings, session_settings
 from ..runtime.internals import is_concurrent_modification
 from ..runtime.session import is_connect
 

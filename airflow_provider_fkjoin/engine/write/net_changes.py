@@ -43,12 +43,13 @@ from pyspark.sql import functions as F
 
 from ..core.errors import ConcurrentRefreshError, FkJoinError
 from ..core.planning import RebuildRequired
-from ..core.progress import metadata_settings, session_settings, with_row_counts, without_commit_metadata
+from ..core.progress import with_row_counts
 from ..core.spec import quote
 from ..core.trace import phase
 from ..delta.changes import maybe_broadcast
 from ..delta.tables import DeltaHandle, values_equal
 from ..runtime import engine_procedure, internals
+from ..runtime.commit_settings import metadata_settings, session_settings, without_commit_metadata
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from pyspark.sql import SparkSession
 
 from ...core.spec import WindowedJoinSpec
-from ...write.refresh import KindRefresh
+from ...refresh.skeleton import KindRefresh
 from .self_join import windowed_join_as_self_join
 from .stream import EventJoinRefresh
 from .table import windowed_table_join_refresh

@@ -60,9 +60,9 @@ from ...core.trace import phase
 from ...delta.changes import maybe_broadcast, read_feed
 from ...delta.state_tables import StateTable
 from ...delta.tables import DeltaHandle, TableState, input_frame, null_of, pinned_input, require_columns
+from ...refresh.skeleton import KindRefresh, RefreshContext, Written
 from ...runtime.expressions import analysed, check_expressions, schema_probe
 from ...write.merge import Commit, append_output
-from ...write.refresh import KindRefresh, RefreshContext, Written
 
 SIDES = ("left", "right")
 _SIDE = "_fkjoin_side"  # 0: left, 1: right

@@ -37,9 +37,9 @@ from ...core.spec import ForeignKeyJoinSpec, WindowedTableJoinSpec, WindowedTabl
 from ...core.trace import phase
 from ...delta.changes import ChangedKeys, KeyCheck, check_keys_of, maybe_broadcast
 from ...delta.tables import DeltaHandle, TableState, key_is_null, pinned_input, require_columns
+from ...refresh.skeleton import KindRefresh, RefreshContext, Written
 from ...runtime.expressions import analysed, check_expressions, schema_probe
 from ...write.merge import PRESENT, Commit, write_full_output
-from ...write.refresh import KindRefresh, RefreshContext, Written
 from ..fk_join import ForeignKeyJoinRefresh, JoinInput, read_changes_of, read_input
 from ..fk_join import expected_output as fk_expected_output
 

@@ -40,15 +40,15 @@ from ..core.progress import (
     OutputLog,
     Progress,
     new_progress_metadata,
-    read_output_log,
 )
 from ..core.spec import spec_field_hashes, spec_fingerprint
 from ..core.trace import phase, phase_timeline
+from ..delta.output_log import read_output_log
 from ..delta.ownership import Ownership
 from ..delta.tables import DeltaHandle, TableState
 from ..runtime.session import SMALL_REFRESH_BYTES_CONF, small_refresh
-from .merge import Commit, CommitRequest, merge_output
-from .net_changes import MergeRequired, NetChanges, commit_net_changes, compact_output
+from ..write.merge import Commit, CommitRequest, merge_output
+from ..write.net_changes import MergeRequired, NetChanges, commit_net_changes, compact_output
 
 log = logging.getLogger(__name__)
 
@@ -170,7 +170,7 @@ class RefreshContext:
     def commit_net_changes(
         self, changes: NetChanges, key: list[str], request: CommitRequest
     ) -> Commit | None:
-        """Commit ``changes`` without MERGE (:func:`.net_changes.commit_net_changes`); None, with a
+        """Commit ``changes`` without MERGE (:func:`..write.net_changes.commit_net_changes`); None, with a
         warning, when that path cannot prove itself right and the kind must MERGE instead."""
         assert self.log.latest_version is not None
         try:

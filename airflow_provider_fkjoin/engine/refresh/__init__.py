@@ -1,0 +1,1 @@
+"""The refresh skeleton every kind runs (:mod:`.skeleton`): pin, plan, the kind's algorithm, the commit."""
