@@ -9,8 +9,10 @@ Every refresh is also checked against a recompute, so a bound is never met by sk
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -64,11 +66,14 @@ class Counted(NamedTuple):
 
 
 def _settled(spark: SparkSession) -> tuple[int, int]:
-    """(jobs submitted so far, SQL executions recorded so far), once Spark's listeners caught up."""
+    """(jobs submitted so far, the newest SQL execution's id), once Spark's listeners caught up. The id, not
+    the status store's size: the store keeps only the newest ``spark.sql.ui.retainedExecutions`` (1,000),
+    so in a long session its size stops growing and a count by size would always be 0."""
     context = spark.sparkContext._jsc.sc()  # type: ignore[union-attr]
     context.listenerBus().waitUntilEmpty()
-    executions = spark._jsparkSession.sharedState().statusStore().executionsList().size()  # type: ignore[attr-defined]
-    return int(context.dagScheduler().nextJobId()), int(executions)
+    executions = spark._jsparkSession.sharedState().statusStore().executionsList()  # type: ignore[attr-defined]
+    newest = executions.apply(executions.size() - 1).executionId() if executions.size() else -1
+    return int(context.dagScheduler().nextJobId()), int(newest)
 
 
 def counted(spark: SparkSession, refresh: Callable[[], dict[str, Any]]) -> Counted:
@@ -91,8 +96,9 @@ def count_second_refresh(
     first = run_spec(spec, spark=spark)
     assert first["mode"] == "full", first
     change_1()
-    warm = run_spec(spec, spark=spark)
-    assert warm["mode"] == "incremental", warm
+    warm = counted(spark, lambda: run_spec(spec, spark=spark))
+    assert warm.result["mode"] == "incremental", warm.result
+    print(f"[action counts] warm-up: {warm.jobs} jobs, {warm.executions} SQL executions")
     change_2()
     refresh = counted(spark, lambda: run_spec(spec, spark=spark))
     assert refresh.result["mode"] == "incremental", refresh.result
@@ -107,8 +113,87 @@ def assert_bounded(refresh: Counted, max_jobs: int, max_executions: int) -> None
     assert refresh.executions <= max_executions, measured
 
 
-@pytest.fixture
-def fk_tables(spark: SparkSession, warehouse: Path) -> dict[str, Any]:
+#: The most jobs and SQL executions a small incremental foreign-key refresh (one order and one customer
+#: changed, 11 output rows) may run with the net-change writer: 25 jobs and 27 executions when the
+#: bound was set (the engine procedure's two calls and the two temporary views that hand it the rows are
+#: 5 of the executions), a little headroom for Delta's own background work. Every refresh counted here
+#: is small, so it runs without adaptive execution (``spark.fkjoin.smallRefreshBytes``), whose query
+#: stages would each be a job of their own (the same refresh ran 50-51 jobs with it).
+FK_REFRESH_MAX_JOBS = 28
+FK_REFRESH_MAX_EXECUTIONS = 30
+
+#: The session settings a small refresh decides on, as :func:`fk_world` reads them.
+SMALL_REFRESH_KEYS = ("spark.sql.adaptive.enabled", "spark.sql.shuffle.partitions", *UNCLONED_CACHE_SETTINGS)
+#: The session the small-refresh phases start from, and must get back after each refresh.
+SESSION_BEFORE = {
+    "spark.sql.adaptive.enabled": "true",
+    "spark.sql.shuffle.partitions": "16",
+    **dict.fromkeys(UNCLONED_CACHE_SETTINGS),
+}
+
+
+@dataclass
+class FkRefresh:
+    """One counted foreign-key refresh: its counts, the output and the oracle right after it, and the
+    small-refresh settings in force when it read its changes."""
+
+    counted: Counted
+    output: dict[int, tuple]
+    oracle: dict[int, tuple]
+    settings_seen: list[tuple[str | None, ...]] = field(default_factory=list)
+    session_after: dict[str, str | None] = field(default_factory=dict)
+
+
+@dataclass
+class FkWorld:
+    """A foreign-key join of 1000 orders and 100 customers, refreshed through the phases every
+    foreign-key test of this module reads (see :func:`fk_world`)."""
+
+    first: dict[str, Any]
+    logged: FkRefresh
+    log_loads: dict[str, int]
+    statements: list[str]
+    small: FkRefresh
+    adaptive: FkRefresh
+    failure: BaseException | None
+    session_after_failure: dict[str, str | None]
+    bad_bound: BaseException | None
+    out_version_before_bad_bound: int
+    out_version_after_bad_bound: int
+
+
+def _fk_refresh(spark: SparkSession, spec: dict[str, Any], out: Path) -> FkRefresh:
+    """Run one refresh of ``spec``, counted, noting the settings in force at ``changes_read``."""
+    seen: list[tuple[str | None, ...]] = []
+
+    def settings_at(name: str) -> None:
+        if name == "changes_read":
+            seen.append(tuple(spark.conf.get(key, None) for key in SMALL_REFRESH_KEYS))
+
+    with phase_listener(settings_at):
+        refresh = counted(spark, lambda: run_spec(spec, spark=spark))
+    session = {key: spark.conf.get(key, None) for key in SMALL_REFRESH_KEYS}
+    return FkRefresh(refresh, output_state(spark, out), oracle(spark, refresh.result), seen, session)
+
+
+@pytest.fixture(scope="module")
+def fk_world(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> FkWorld:
+    """One foreign-key world, refreshed in phases (each a small incremental refresh but the first):
+
+    0. the full refresh;
+    1. an order and a customer changed, refreshed with each Delta log load and each SQL statement
+       recorded (also the warm-up: the first incremental refresh of a kind in a session loads classes
+       and fills caches, no cost of the refresh itself);
+    2. an order and a customer changed (11 output rows), on a session of 16 shuffle partitions: the
+       counted small refresh;
+    3. another order and customer, with ``spark.fkjoin.smallRefreshBytes=0``: the same refresh with
+       adaptive execution, counted;
+    4. an order changed and a refresh failed at ``changes_read``;
+    5. a refresh under a bad ``spark.fkjoin.smallRefreshBytes``, refused before writing.
+    """
+    import deltalake
+
+    warehouse = tmp_path_factory.mktemp("fk_counts")
     orders, customers, out = warehouse / "orders", warehouse / "customers", warehouse / "out"
     write(spark, [(i, i % 100, float(i)) for i in range(1000)], ORDERS, orders)
     write(spark, [(i, f"c{i}") for i in range(100)], CUSTOMERS, customers)
@@ -119,21 +204,17 @@ def fk_tables(spark: SparkSession, warehouse: Path) -> dict[str, Any]:
         "foreign_key": ["customer_id"],
         "output": {"path": str(out)},
     }
-    return {"spec": spec, "orders": orders, "customers": customers, "out": out}
 
+    def change(order: int, amount: float, customer: int | None = None, name: str = "") -> None:
+        DeltaTable.forPath(spark, str(orders)).update(f"order_id = {order}", {"amount": F.lit(amount)})
+        if customer is not None:
+            DeltaTable.forPath(spark, str(customers)).update(
+                f"customer_id = {customer}", {"name": F.lit(name)}
+            )
 
-def test_a_refresh_loads_each_table_log_once_and_runs_no_describe(
-    spark: SparkSession, fk_tables: dict[str, Any], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Ownership, planning, progress and the commit read one load of each table's Delta log, brought up
-    to date rather than loaded again; tables by path need no ``DESCRIBE`` command."""
-    import deltalake
+    first = run_spec(spec, spark=spark)
 
-    spec = fk_tables["spec"]
-    assert run_spec(spec, spark=spark)["mode"] == "full"
-    DeltaTable.forPath(spark, str(fk_tables["orders"])).update("order_id = 3", {"amount": F.lit(0.5)})
-    DeltaTable.forPath(spark, str(fk_tables["customers"])).update("customer_id = 5", {"name": F.lit("e")})
-
+    change(3, 0.5, 5, "e")
     loads: Counter[str] = Counter()
     statements: list[str] = []
     load, sql = deltalake.DeltaTable.__init__, spark.sql
@@ -146,120 +227,113 @@ def test_a_refresh_loads_each_table_log_once_and_runs_no_describe(
         statements.append(" ".join(query.split()[:2]).upper())
         return sql(query, *args, **kwargs)
 
-    monkeypatch.setattr(deltalake.DeltaTable, "__init__", counting_load)
-    monkeypatch.setattr(spark, "sql", recording_sql)
-    result = run_spec(spec, spark=spark)
-    monkeypatch.undo()
-
-    assert result["mode"] == "incremental", result
-    assert output_state(spark, fk_tables["out"]) == oracle(spark, result)
-    assert dict(loads) == {"orders": 1, "customers": 1, "out": 1}
-    assert not [s for s in statements if s.startswith("DESCRIBE")], statements
-
-
-#: The most jobs and SQL executions a small incremental foreign-key refresh (one order and one customer
-#: changed, 11 output rows) may run with the net-change writer: 25 jobs and 27 executions when the
-#: bound was set (the engine procedure's two calls and the two temporary views that hand it the rows are
-#: 5 of the executions), a little headroom for Delta's own background work. Every refresh counted here
-#: is small, so it runs without adaptive execution (``spark.fkjoin.smallRefreshBytes``), whose query
-#: stages would each be a job of their own (the same refresh ran 50-51 jobs with it).
-FK_REFRESH_MAX_JOBS = 28
-FK_REFRESH_MAX_EXECUTIONS = 30
-
-
-def test_a_small_foreign_key_refresh_runs_a_few_spark_actions(
-    spark: SparkSession, fk_tables: dict[str, Any]
-) -> None:
-    spec, out = fk_tables["spec"], fk_tables["out"]
-    orders, customers = str(fk_tables["orders"]), str(fk_tables["customers"])
-
-    def change(table: str, where: str, column: str, value: object) -> Change:
-        return lambda: DeltaTable.forPath(spark, table).update(where, {column: F.lit(value)})
-
-    def second_change() -> None:
-        change(orders, "order_id = 7", "amount", 1.5)()
-        change(customers, "customer_id = 5", "name", "e")()
-
-    refresh = count_second_refresh(spark, spec, change(orders, "order_id = 3", "amount", 0.5), second_change)
-
-    assert refresh.result["write_path"] == "net_changes"
-    assert refresh.result["rows"]["updated"] == 11
-    assert output_state(spark, out) == oracle(spark, refresh.result)
-    assert_bounded(refresh, FK_REFRESH_MAX_JOBS, FK_REFRESH_MAX_EXECUTIONS)
-
-
-def test_a_small_refresh_runs_without_adaptive_execution_and_restores_the_session(
-    spark: SparkSession, fk_tables: dict[str, Any]
-) -> None:
-    """Under ``spark.fkjoin.smallRefreshBytes`` the refresh turns adaptive execution off for itself (each
-    query stage is then not a job of its own), on one shuffle partition for these few kilobytes, and gives
-    the session back as it was, after a failed refresh too; at 0 it keeps the session's settings, and runs
-    more jobs for the same output."""
-    spec, out = fk_tables["spec"], fk_tables["out"]
-    orders, customers = str(fk_tables["orders"]), str(fk_tables["customers"])
-    run_spec(spec, spark=spark)
-    DeltaTable.forPath(spark, orders).update("order_id = 3", {"amount": F.lit(0.5)})
-    run_spec(spec, spark=spark)
-    keys = ("spark.sql.adaptive.enabled", "spark.sql.shuffle.partitions", *UNCLONED_CACHE_SETTINGS)
-    seen: list[tuple[str | None, ...]] = []
-
-    def settings_at(name: str) -> None:
-        if name == "changes_read":
-            seen.append(tuple(spark.conf.get(key, None) for key in keys))
-
-    def refresh_after_a_change(order: int, customer: int, limit: str | None) -> Counted:
-        DeltaTable.forPath(spark, orders).update(f"order_id = {order}", {"amount": F.lit(order / 2)})
-        DeltaTable.forPath(spark, customers).update(f"customer_id = {customer}", {"name": F.lit("x")})
-        if limit is not None:
-            spark.conf.set("spark.fkjoin.smallRefreshBytes", limit)
-        try:
-            with phase_listener(settings_at):
-                return counted(spark, lambda: run_spec(spec, spark=spark))
-        finally:
-            spark.conf.unset("spark.fkjoin.smallRefreshBytes")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(deltalake.DeltaTable, "__init__", counting_load)
+        patch.setattr(spark, "sql", recording_sql)
+        warm = counted(spark, lambda: run_spec(spec, spark=spark))
+    logged = FkRefresh(warm, output_state(spark, out), oracle(spark, warm.result))
 
     spark.conf.set("spark.sql.shuffle.partitions", "16")
-    session_before = {
-        "spark.sql.adaptive.enabled": "true",
-        "spark.sql.shuffle.partitions": "16",
-        **dict.fromkeys(UNCLONED_CACHE_SETTINGS),
-    }
     try:
-        adaptive = refresh_after_a_change(7, 5, "0")
-        assert output_state(spark, out) == oracle(spark, adaptive.result)
-        small = refresh_after_a_change(9, 6, None)
-        assert output_state(spark, out) == oracle(spark, small.result)
-        assert seen == [("true", "16", None, None), ("false", "1", "false", "true")]
-        assert {key: spark.conf.get(key, None) for key in keys} == session_before
+        change(7, 3.5, 5, "x")
+        small = _fk_refresh(spark, spec, out)
+        change(9, 4.5, 6, "x")
+        spark.conf.set("spark.fkjoin.smallRefreshBytes", "0")
+        try:
+            adaptive = _fk_refresh(spark, spec, out)
+        finally:
+            spark.conf.unset("spark.fkjoin.smallRefreshBytes")
+        adaptive.session_after = {key: spark.conf.get(key, None) for key in SMALL_REFRESH_KEYS}
 
         def fail_at(name: str) -> None:
             if name == "changes_read":
                 raise RuntimeError("the refresh failed here")
 
-        DeltaTable.forPath(spark, orders).update("order_id = 11", {"amount": F.lit(3.0)})
-        with phase_listener(fail_at), pytest.raises(RuntimeError, match="the refresh failed here"):
-            run_spec(spec, spark=spark)
-        assert {key: spark.conf.get(key, None) for key in keys} == session_before
+        change(11, 3.0)
+        failure: BaseException | None = None
+        try:
+            with phase_listener(fail_at):
+                run_spec(spec, spark=spark)
+        except RuntimeError as error:
+            failure = error
+        session_after_failure = {key: spark.conf.get(key, None) for key in SMALL_REFRESH_KEYS}
     finally:
         spark.conf.set("spark.sql.shuffle.partitions", "2")
-    assert (adaptive.result["write_path"], small.result["write_path"]) == ("net_changes", "net_changes")
-    assert small.result["rows"]["updated"] == adaptive.result["rows"]["updated"] == 11
-    assert small.jobs < adaptive.jobs, (small.jobs, adaptive.jobs)
 
-
-def test_a_bad_small_refresh_bound_names_the_setting(spark: SparkSession, fk_tables: dict[str, Any]) -> None:
-    spec = fk_tables["spec"]
-    run_spec(spec, spark=spark)
-    DeltaTable.forPath(spark, str(fk_tables["orders"])).update("order_id = 3", {"amount": F.lit(0.5)})
+    version_before = DeltaTable.forPath(spark, str(out)).history(1).first()["version"]
     spark.conf.set("spark.fkjoin.smallRefreshBytes", "64MB")
+    bad_bound: BaseException | None = None
     try:
-        with pytest.raises(
-            SpecError, match=r"spark\.fkjoin\.smallRefreshBytes='64MB': give a number of bytes"
-        ):
-            run_spec(spec, spark=spark)
+        run_spec(spec, spark=spark)
+    except SpecError as error:
+        bad_bound = error
     finally:
         spark.conf.unset("spark.fkjoin.smallRefreshBytes")
-    assert DeltaTable.forPath(spark, str(fk_tables["out"])).history(1).first()["version"] == 0
+    version_after = DeltaTable.forPath(spark, str(out)).history(1).first()["version"]
+    return FkWorld(
+        first,
+        logged,
+        dict(loads),
+        statements,
+        small,
+        adaptive,
+        failure,
+        session_after_failure,
+        bad_bound,
+        version_before,
+        version_after,
+    )
+
+
+def test_a_refresh_loads_each_table_log_once_and_runs_no_describe(fk_world: FkWorld) -> None:
+    """Ownership, planning, progress and the commit read one load of each table's Delta log, brought up
+    to date rather than loaded again; tables by path need no ``DESCRIBE`` command."""
+    result = fk_world.logged.counted.result
+    assert result["mode"] == "incremental", result
+    assert fk_world.logged.output == fk_world.logged.oracle
+    assert fk_world.log_loads == {"orders": 1, "customers": 1, "out": 1}
+    assert not [s for s in fk_world.statements if s.startswith("DESCRIBE")], fk_world.statements
+
+
+def test_a_small_foreign_key_refresh_runs_a_few_spark_actions(fk_world: FkWorld) -> None:
+    """Phase 2: the small refresh after a full one and a warm-up incremental one."""
+    assert fk_world.first["mode"] == "full", fk_world.first
+    assert fk_world.logged.counted.result["mode"] == "incremental", fk_world.logged.counted.result
+    refresh = fk_world.small.counted
+    assert refresh.result["mode"] == "incremental", refresh.result
+    assert refresh.result["write_path"] == "net_changes"
+    assert refresh.result["rows"]["updated"] == 11
+    assert fk_world.small.output == fk_world.small.oracle
+    assert_bounded(refresh, FK_REFRESH_MAX_JOBS, FK_REFRESH_MAX_EXECUTIONS)
+
+
+def test_a_small_refresh_runs_without_adaptive_execution_and_restores_the_session(fk_world: FkWorld) -> None:
+    """Under ``spark.fkjoin.smallRefreshBytes`` the refresh turns adaptive execution off for itself (each
+    query stage is then not a job of its own), on one shuffle partition for these few kilobytes, and gives
+    the session back as it was, after a failed refresh too; at 0 it keeps the session's settings, and runs
+    more jobs for the same output."""
+    small, adaptive = fk_world.small, fk_world.adaptive
+    assert adaptive.output == adaptive.oracle
+    assert small.output == small.oracle
+    assert adaptive.settings_seen == [("true", "16", None, None)]
+    assert small.settings_seen == [("false", "1", "false", "true")]
+    assert small.session_after == SESSION_BEFORE
+    assert adaptive.session_after == SESSION_BEFORE
+    assert isinstance(fk_world.failure, RuntimeError), fk_world.failure
+    assert re.search("the refresh failed here", str(fk_world.failure))
+    assert fk_world.session_after_failure == SESSION_BEFORE
+    paths = (adaptive.counted.result["write_path"], small.counted.result["write_path"])
+    assert paths == ("net_changes", "net_changes")
+    assert small.counted.result["rows"]["updated"] == adaptive.counted.result["rows"]["updated"] == 11
+    assert small.counted.jobs < adaptive.counted.jobs, (small.counted.jobs, adaptive.counted.jobs)
+
+
+def test_a_bad_small_refresh_bound_names_the_setting(fk_world: FkWorld) -> None:
+    assert isinstance(fk_world.bad_bound, SpecError), fk_world.bad_bound
+    assert re.search(
+        r"spark\.fkjoin\.smallRefreshBytes='64MB': give a number of bytes", str(fk_world.bad_bound)
+    )
+    assert fk_world.out_version_after_bad_bound == fk_world.out_version_before_bad_bound
 
 
 #: multiway_join, 3 inputs (50 businesses, 500 reviews, 60 owners), a review changed, then a business
