@@ -3,16 +3,20 @@ concurrent refreshes, status and the CLI. The oracle is a join recomputed from c
 
 from __future__ import annotations
 
+import copy
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from delta.tables import DeltaTable
 from driver_jvm import driver_jvm_env
 from helpers import CUSTOMERS, ORDERS, oracle, orders_customers, output_state, rows_at, write
+from support.tables import SavedStates, assert_versions_unchanged, delta_versions, orders_customers_spec
 
 from airflow_provider_fkjoin.engine import (
     ConcurrentRefreshError,
@@ -28,10 +32,41 @@ def version_of(spark, path: Path) -> int:
     return DeltaTable.forPath(spark, str(path)).history(1).first()["version"]
 
 
-@pytest.fixture
-def tables(spark, warehouse: Path):
+Tables = tuple[dict[str, Any], Path, Path, Path]
+
+
+@pytest.fixture(scope="module")
+def states(spark, tmp_path_factory: pytest.TempPathFactory) -> tuple[SavedStates, Tables]:
+    """The module's orders, customers and output (fixed paths), in two saved states built once on first
+    use: ``inputs`` (the two inputs, no output) and ``refreshed`` (then a first full refresh)."""
+    root = tmp_path_factory.mktemp("fk_lifecycle")
     orders = [(1, 10, 1.0), (2, 10, 2.0), (3, 20, 3.0), (4, None, 4.0)]
-    return orders_customers(spark, warehouse, orders, [(10, "a"), (20, "b")])
+    spec, orders_path, customers_path, out = orders_customers_spec(root)
+
+    def inputs() -> None:
+        assert orders_customers(spark, root, orders, [(10, "a"), (20, "b")])[0] == spec
+
+    def first_refresh() -> None:
+        first = run_spec(spec, spark=spark)
+        assert first["mode"] == "full" and output_state(spark, out) == oracle(spark, first, "left")
+
+    builders = {"inputs": (None, inputs), "refreshed": ("inputs", first_refresh)}
+    saved = SavedStates(spark, root, [orders_path, customers_path, out], builders)
+    return saved, (spec, orders_path, customers_path, out)
+
+
+@pytest.fixture
+def tables(states: tuple[SavedStates, Tables]) -> Tables:
+    """``(spec, orders, customers, out)``: the two inputs as written, no output yet."""
+    states[0].restore("inputs")
+    return copy.deepcopy(states[1])
+
+
+@pytest.fixture
+def refreshed(states: tuple[SavedStates, Tables]) -> Tables:
+    """``(spec, orders, customers, out)`` after a first full refresh of ``spec`` (how: left)."""
+    states[0].restore("refreshed")
+    return copy.deepcopy(states[1])
 
 
 def test_full_then_noop_then_incremental(spark, tables) -> None:
@@ -53,9 +88,8 @@ def test_full_then_noop_then_incremental(spark, tables) -> None:
     assert output_state(spark, out) == oracle(spark, second, "left")
 
 
-def test_input_commit_without_data_change_records_progress_only(spark, tables) -> None:
-    spec, orders, _, out = tables
-    run_spec(spec, spark=spark)
+def test_input_commit_without_data_change_records_progress_only(spark, refreshed) -> None:
+    spec, orders, _, out = refreshed
     before = rows_at(spark, out)
     DeltaTable.forPath(spark, str(orders)).optimize().executeCompaction()
     result = run_spec(spec, spark=spark)
@@ -65,9 +99,8 @@ def test_input_commit_without_data_change_records_progress_only(spark, tables) -
     assert run_spec(spec, spark=spark)["mode"] == "noop"
 
 
-def test_spec_change_rebuilds_and_replaces_schema(spark, tables) -> None:
-    spec, _, _, out = tables
-    run_spec(spec, spark=spark)
+def test_spec_change_rebuilds_and_replaces_schema(spark, refreshed) -> None:
+    spec, _, _, out = refreshed
     inner = dict(spec, how="inner")
     result = run_spec(inner, spark=spark)
     assert result["mode"] == "full" and "spec changed" in result["reason"]
@@ -85,11 +118,8 @@ def test_spec_change_rebuilds_and_replaces_schema(spark, tables) -> None:
     ]
 
 
-def test_recreated_input_rebuilds(spark, tables) -> None:
-    spec, _, customers, out = tables
-    run_spec(spec, spark=spark)
-    import shutil
-
+def test_recreated_input_rebuilds(spark, refreshed) -> None:
+    spec, _, customers, out = refreshed
     shutil.rmtree(customers)
     write(spark, [(10, "x")], CUSTOMERS, customers)
     result = run_spec(spec, spark=spark)
@@ -111,9 +141,8 @@ def test_cdf_off_warns_and_rebuilds(spark, tables, warehouse: Path) -> None:
     assert output_state(spark, out) == oracle(spark, second, "left")
 
 
-def test_vacuumed_history_falls_back_to_full(spark, tables) -> None:
-    spec, orders, _, out = tables
-    run_spec(spec, spark=spark)
+def test_vacuumed_history_falls_back_to_full(spark, refreshed) -> None:
+    spec, orders, _, out = refreshed
     table = DeltaTable.forPath(spark, str(orders))
     table.update("order_id = 1", {"amount": "100.0"})
     table.delete("order_id = 2")
@@ -129,9 +158,8 @@ def test_vacuumed_history_falls_back_to_full(spark, tables) -> None:
     assert output_state(spark, out) == oracle(spark, result, "left")
 
 
-def test_duplicate_keys_fail_before_writing(spark, tables) -> None:
-    spec, orders, _, out = tables
-    run_spec(spec, spark=spark)
+def test_duplicate_keys_fail_before_writing(spark, refreshed) -> None:
+    spec, orders, _, out = refreshed
     version = version_of(spark, out)
     write(spark, [(1, 20, 9.0), (3, 20, 9.0)], ORDERS, orders, mode="append")
     with pytest.raises(InputDataError) as info:
@@ -142,7 +170,8 @@ def test_duplicate_keys_fail_before_writing(spark, tables) -> None:
 
 
 def test_live_table_checks(spark, tables, warehouse: Path) -> None:
-    spec, _, _, _ = tables
+    spec, orders, customers, out = tables
+    inputs = delta_versions([orders, customers])
     with pytest.raises(SpecError, match=r"right: no Delta table at .*nowhere"):
         run_spec(dict(spec, right={"path": str(warehouse / "nowhere"), "key": ["customer_id"]}), spark=spark)
     with pytest.raises(SpecError, match=r"foreign_key\[0\]: column 'cust' is not in left table"):
@@ -151,12 +180,12 @@ def test_live_table_checks(spark, tables, warehouse: Path) -> None:
         run_spec(dict(spec, foreign_key={"expr": "CAST(customer_id AS INT)"}), spark=spark)
     with pytest.raises(SpecError, match=r"columns\.x: .*nope"):
         run_spec(dict(spec, columns={"x": "r.nope"}), spark=spark)
-    assert not (warehouse / "out").exists()
+    assert not out.exists()
+    assert_versions_unchanged(inputs)
 
 
-def test_concurrent_refresh_loses_cleanly_and_retry_is_exact(spark, tables) -> None:
-    spec, orders, _, out = tables
-    run_spec(spec, spark=spark)
+def test_concurrent_refresh_loses_cleanly_and_retry_is_exact(spark, refreshed) -> None:
+    spec, orders, _, out = refreshed
     DeltaTable.forPath(spark, str(orders)).update("order_id = 3", {"customer_id": "10"})
     raced: list[dict] = []
     armed = [True]

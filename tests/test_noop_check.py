@@ -5,23 +5,54 @@ and the inputs' own versions read back; the check must also say None whenever th
 
 from __future__ import annotations
 
+import copy
 import json
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from delta.tables import DeltaTable
 from helpers import CUSTOMERS, ORDERS, orders_customers, write
+from support.tables import SavedStates, orders_customers_spec
 
 from airflow_provider_fkjoin.engine import high_watermark, run_spec
 from airflow_provider_fkjoin.engine.deltalog.watermarks import noop_result
 
+Tables = tuple[dict[str, Any], Path, Path, Path]
+
+
+@pytest.fixture(scope="module")
+def states(spark, tmp_path_factory: pytest.TempPathFactory) -> tuple[SavedStates, Tables]:
+    """The module's orders, customers and output (fixed paths), in two saved states built once on first
+    use: ``inputs`` (the two inputs, no output) and ``refreshed`` (then a first full refresh)."""
+    root = tmp_path_factory.mktemp("noop_check")
+    spec, orders, customers, out = orders_customers_spec(root)
+
+    def inputs() -> None:
+        assert orders_customers(spark, root, [(1, 10, 1.0), (2, 20, 2.0)], [(10, "a"), (20, "b")])[0] == spec
+
+    def first_refresh() -> None:
+        assert run_spec(spec, spark=spark)["mode"] == "full"
+
+    builders = {"inputs": (None, inputs), "refreshed": ("inputs", first_refresh)}
+    return SavedStates(spark, root, [orders, customers, out], builders), (spec, orders, customers, out)
+
 
 @pytest.fixture
-def fk(spark, warehouse: Path):
-    return orders_customers(spark, warehouse, [(1, 10, 1.0), (2, 20, 2.0)], [(10, "a"), (20, "b")])
+def fk(states: tuple[SavedStates, Tables]) -> Tables:
+    """``(spec, orders, customers, out)``: the two inputs as written, no output yet."""
+    states[0].restore("inputs")
+    return copy.deepcopy(states[1])
+
+
+@pytest.fixture
+def refreshed(states: tuple[SavedStates, Tables]) -> Tables:
+    """``(spec, orders, customers, out)`` after a first full refresh."""
+    states[0].restore("refreshed")
+    return copy.deepcopy(states[1])
 
 
 def _agrees_with_a_refresh(spark, spec: dict, *, expect_noop: bool) -> dict:
@@ -92,10 +123,9 @@ def test_stricter_than_the_engine_never_looser(spark, warehouse: Path) -> None:
     assert run_spec(spec, spark=spark)["mode"] == "noop"
 
 
-def test_the_check_loads_no_pyspark(spark, fk) -> None:
+def test_the_check_loads_no_pyspark(refreshed) -> None:
     """Run in a fresh interpreter where importing pyspark fails: the check still answers."""
-    spec = fk[0]
-    run_spec(spec, spark=spark)
+    spec = refreshed[0]
     script = (
         "import json, sys\n"
         "sys.modules['pyspark'] = None  # any import of pyspark now raises ImportError\n"

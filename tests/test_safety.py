@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import re
 import shutil
+from collections import defaultdict
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +29,7 @@ from helpers import (
     rows_at,
     write,
 )
+from support.tables import SavedStates, SharedTables, copy_tables, put_back
 from test_stream_join import ORDERS as STREAM_ORDERS
 from test_stream_join import PRODUCTS, join_spec
 
@@ -64,12 +67,90 @@ def snapshot(spark, *paths: Path) -> dict[str, Any]:
     return state
 
 
+@pytest.fixture(scope="module")
+def inputs(spark, tmp_path_factory: pytest.TempPathFactory) -> SharedTables:
+    """``orders``, ``customers`` and ``customers2`` (a second right input, the same rows), written once for
+    the module in one folder and never written again."""
+    folder = tmp_path_factory.mktemp("safety_inputs")
+    write(spark, ORDER_ROWS, ORDERS, folder / "orders")
+    write(spark, CUSTOMER_ROWS, CUSTOMERS, folder / "customers")
+    write(spark, CUSTOMER_ROWS, CUSTOMERS, folder / "customers2")
+    return SharedTables({name: folder / name for name in ("orders", "customers", "customers2")})
+
+
 @pytest.fixture
-def tables(spark, warehouse: Path) -> dict[str, Path]:
-    orders, customers = warehouse / "orders", warehouse / "customers"
-    write(spark, ORDER_ROWS, ORDERS, orders)
-    write(spark, CUSTOMER_ROWS, CUSTOMERS, customers)
-    return {"orders": orders, "customers": customers, "out": warehouse / "out", "w": warehouse}
+def shared(inputs: SharedTables, tmp_path: Path) -> Iterator[dict[str, Path]]:
+    """The module's read-only inputs, their folder ``w``, and an output path ``out`` of the test's own;
+    afterwards no input may have moved (every refusal's "nothing written" holds for them too)."""
+    yield {**inputs.tables, "w": inputs["orders"].parent, "out": tmp_path / "out"}
+    inputs.assert_unchanged()
+
+
+@pytest.fixture
+def tables(inputs: SharedTables, warehouse: Path) -> dict[str, Path]:
+    """Private copies of the module's ``orders`` and ``customers`` (folders copied, no Spark job) in the
+    test's folder ``w``, with its output path ``out``: for a test that changes its inputs."""
+    copies = copy_tables({name: inputs[name] for name in ("orders", "customers")}, warehouse)
+    return {**copies, "w": warehouse, "out": warehouse / "out"}
+
+
+@pytest.fixture(scope="module")
+def first_refreshed(spark, inputs: SharedTables, tmp_path_factory: pytest.TempPathFactory) -> SavedStates:
+    """Outputs after one first refresh over the shared inputs, each built once and put back at the same
+    path for every test that starts there: ``unnamed`` (the plain spec) and ``owned`` (with
+    ``output.owner: sales.orders_enriched``)."""
+    root = tmp_path_factory.mktemp("safety_outputs")
+    base = {**inputs.tables, "out": root / "out"}
+    specs = {
+        "unnamed": fk_spec(base),
+        "owned": fk_spec(base, output={"path": str(base["out"]), "owner": "sales.orders_enriched"}),
+    }
+
+    def builder(name: str) -> tuple[None, Callable[[], None]]:
+        def build() -> None:
+            result = run_spec(specs[name], spark=spark)
+            assert result["mode"] == "full" and output_state(spark, base["out"]) == oracle(spark, result)
+
+        return None, build
+
+    return SavedStates(spark, root, [base["out"]], {name: builder(name) for name in specs})
+
+
+@pytest.fixture
+def unnamed(first_refreshed: SavedStates, shared: dict[str, Path]) -> dict[str, Path]:
+    """:func:`shared`, its ``out`` holding the first refresh of ``fk_spec(unnamed)``."""
+    first_refreshed.restore("unnamed")
+    return {**shared, "out": first_refreshed.paths[0]}
+
+
+@pytest.fixture
+def owned(first_refreshed: SavedStates, shared: dict[str, Path]) -> dict[str, Path]:
+    """:func:`shared`, its ``out`` holding the first refresh of the spec ``sales.orders_enriched`` owns."""
+    first_refreshed.restore("owned")
+    return {**shared, "out": first_refreshed.paths[0]}
+
+
+@pytest.fixture(scope="module")
+def refreshed_copies(spark, inputs: SharedTables, tmp_path_factory: pytest.TempPathFactory) -> SavedStates:
+    """Copies of the module's ``orders`` and ``customers`` and an output after a first refresh of the plain
+    spec over them (fixed paths), built once and put back for each test that starts there."""
+    root = tmp_path_factory.mktemp("safety_refreshed")
+    paths = {"orders": root / "orders", "customers": root / "customers", "out": root / "out", "w": root}
+
+    def build() -> None:
+        copy_tables({name: inputs[name] for name in ("orders", "customers")}, root)
+        result = run_spec(fk_spec(paths), spark=spark)
+        assert result["mode"] == "full" and output_state(spark, paths["out"]) == oracle(spark, result)
+
+    table_paths = [paths["orders"], paths["customers"], paths["out"]]
+    return SavedStates(spark, root, table_paths, {"first": (None, build)}, tables=paths)
+
+
+@pytest.fixture
+def refreshed(refreshed_copies: SavedStates) -> dict[str, Path]:
+    """Private ``orders`` and ``customers`` (to change), ``out`` after a first refresh of the plain spec."""
+    refreshed_copies.restore("first")
+    return dict(refreshed_copies.tables)
 
 
 def fk_spec(tables: dict[str, Path], **overrides: Any) -> dict[str, Any]:
@@ -96,6 +177,136 @@ def refused(spark, spec: dict, error: type[Exception], *culprits: str, watch: li
     return message
 
 
+# ------------------------------------------------------------------ the appended world
+
+#: Each case of ``test_output_changed_by_others_rebuilds``: a foreign rewrite of the output (``{out}``).
+INTERFERENCES = [
+    "DELETE FROM delta.`{out}` WHERE order_id = 1",
+    "UPDATE delta.`{out}` SET name = 'forged' WHERE order_id = 2",
+    "RESTORE TABLE delta.`{out}` TO VERSION AS OF 0",
+]
+#: The one order the appended world appends between its two phases.
+APPENDED_ORDER = (5, 30, 9.0)
+
+
+class AppendedWorld:
+    """The scenarios that append an order between two refreshes, each on an output of its own, over one
+    pair of inputs (private copies of the module's): phase 0 refreshes every output in full; others then
+    write to some outputs (the inputs unchanged; those outputs refreshed again); one order is appended;
+    phase 1 refreshes every output; last, each case of :data:`INTERFERENCES` rewrites the output phase 1
+    left ``changed`` with (put back at its path for each case), which is refreshed once more.
+
+    ``seen[key]`` holds what each step of a scenario returned or read; a step that raises ends only its
+    scenario, and :meth:`results` raises it again in the scenario's tests.
+    """
+
+    SCENARIOS = ("changed", "optimized", "scanned", "claimed", "stream")
+
+    def __init__(self, spark, inputs: SharedTables, root: Path) -> None:
+        self.spark = spark
+        self.tables = {**copy_tables({n: inputs[n] for n in ("orders", "customers")}, root), "w": root}
+        self.outs = {name: root / f"out_{name}" for name in self.SCENARIOS}
+        self.specs = {name: fk_spec({**self.tables, "out": self.outs[name]}) for name in self.SCENARIOS}
+        self.specs["stream"] = stream_spec({**self.tables, "out": self.outs["stream"]})
+        owner = {"path": str(self.outs["claimed"]), "owner": "sales.orders_enriched"}
+        self.named = fk_spec({**self.tables, "out": self.outs["claimed"]}, output=owner)
+        self.seen: dict[str, dict[str, Any]] = defaultdict(dict)
+        self.failed: dict[str, Exception] = {}
+
+    def step(self, key: str, action: Callable[[dict[str, Any]], None], after: str | None = None) -> None:
+        """Run ``action(seen[key])`` unless ``key`` (or ``after``) already failed; record a failure."""
+        if key in self.failed or (after is not None and after in self.failed):
+            return
+        try:
+            action(self.seen[key])
+        except Exception as error:
+            self.failed[key] = error
+
+    def results(self, *keys: str) -> dict[str, Any]:
+        """What the steps of the last of ``keys`` saw, once every one of ``keys`` went through."""
+        for key in keys:
+            if key in self.failed:
+                raise self.failed[key]
+        return self.seen[keys[-1]]
+
+    def refresh(self, name: str, spec: dict[str, Any] | None = None) -> dict[str, Any]:
+        return run_spec(spec or self.specs[name], spark=self.spark)
+
+    def checked(self, seen: dict[str, Any], result: dict[str, Any], name: str) -> None:
+        """Keep ``result``, the output's rows after it and the oracle at its input versions."""
+        seen.update(result=result, state=output_state(self.spark, self.outs[name]))
+        seen["oracle"] = oracle(self.spark, result)
+
+    def build(self) -> None:
+        spark, outs = self.spark, self.outs
+        for name in self.SCENARIOS:  # phase 0
+            self.step(name, lambda seen, name=name: seen.update(first=self.refresh(name)))
+
+        def optimize_and_set_a_property(seen: dict[str, Any]) -> None:
+            spark.sql(f"OPTIMIZE delta.`{outs['optimized']}`")
+            spark.sql(f"ALTER TABLE delta.`{outs['optimized']}` SET TBLPROPERTIES ('team' = 'data')")
+            seen["noop"] = self.refresh("optimized")
+
+        def scan_past_the_history(seen: dict[str, Any]) -> None:
+            for _ in range(3):
+                spark.sql(f"OPTIMIZE delta.`{outs['scanned']}`")
+                spark.sql(f"ALTER TABLE delta.`{outs['scanned']}` SET TBLPROPERTIES ('touched' = 'yes')")
+
+        def name_the_owner(seen: dict[str, Any]) -> None:
+            seen["precheck"] = noop_result(self.named)
+            seen["noop"] = self.refresh("claimed", self.named)
+
+        self.step("optimized", optimize_and_set_a_property)
+        self.step("scanned", scan_past_the_history)
+        self.step("claimed", name_the_owner)
+        delete_order_1 = f"DELETE FROM delta.`{outs['stream']}` WHERE order_id = 1"
+        self.step("stream", lambda seen: spark.sql(delete_order_1))
+
+        write(spark, [APPENDED_ORDER], ORDERS, self.tables["orders"], mode="append")
+
+        def scanned_with_a_short_history(seen: dict[str, Any]) -> None:
+            with pytest.MonkeyPatch.context() as patch:
+                patch.setattr(commit_log_module, "HISTORY_SCAN", 2)
+                self.checked(seen, self.refresh("scanned"), "scanned")
+                patch.setattr(commit_log_module, "HISTORY_SCAN", 1000)
+                seen["again"] = self.refresh("scanned")
+
+        def claimed(seen: dict[str, Any]) -> None:
+            seen["result"] = self.refresh("claimed", self.named)
+            properties = DeltaHandle(spark, TableRef(path=str(outs["claimed"])), "output").state().properties
+            seen["owner"] = json.loads(properties["fkjoin.owner"])
+
+        def stream(seen: dict[str, Any]) -> None:
+            seen["result"] = self.refresh("stream")
+            seen["ids"] = sorted(r["order_id"] for r in rows_at(spark, outs["stream"]))
+
+        # phase 1
+        self.step("changed", lambda seen: seen.update(second=self.refresh("changed")))
+        self.step("optimized", lambda seen: self.checked(seen, self.refresh("optimized"), "optimized"))
+        self.step("scanned", scanned_with_a_short_history)
+        self.step("claimed", claimed)
+        self.step("stream", stream)
+
+        saved = self.tables["w"] / "changed_after_phase_1"
+        self.step("changed", lambda seen: shutil.copytree(outs["changed"], saved))
+        for interference in INTERFERENCES:
+
+            def rewritten_by_others(seen: dict[str, Any], interference: str = interference) -> None:
+                put_back(spark, saved, outs["changed"])
+                spark.sql(interference.format(out=outs["changed"]))
+                self.checked(seen, self.refresh("changed"), "changed")
+
+            self.step(interference, rewritten_by_others, after="changed")
+
+
+@pytest.fixture(scope="module")
+def appended(spark, inputs: SharedTables, tmp_path_factory: pytest.TempPathFactory) -> AppendedWorld:
+    """The :class:`AppendedWorld`, built (all of it) on first use."""
+    world = AppendedWorld(spark, inputs, tmp_path_factory.mktemp("safety_appended"))
+    world.build()
+    return world
+
+
 # ------------------------------------------------------------------ 1. output ownership and locations
 
 
@@ -103,89 +314,91 @@ def refused(spark, spec: dict, error: type[Exception], *culprits: str, watch: li
     "spelling",
     ["{orders}/", "file://{orders}", "file:{orders}", "{w}/./orders", "{w}/x/../orders", "/{orders}"],
 )
-def test_output_spelled_as_an_input_is_refused(spark, tables, spelling) -> None:
-    out = spelling.format(orders=tables["orders"], w=tables["w"])
-    spec = fk_spec(tables, output={"path": out})
-    refused(spark, spec, SpecError, "output.path", "left", watch=[tables["orders"], tables["customers"]])
+def test_output_spelled_as_an_input_is_refused(spark, shared, spelling) -> None:
+    out = spelling.format(orders=shared["orders"], w=shared["w"])
+    spec = fk_spec(shared, output={"path": out})
+    refused(spark, spec, SpecError, "output.path", "left", watch=[shared["orders"], shared["customers"]])
 
 
 @pytest.mark.parametrize(
     ("output", "culprit"), [("{orders}/enriched", "inside left"), ("{w}", "inside output")]
 )
-def test_output_nested_with_an_input_is_refused(spark, tables, output, culprit) -> None:
-    spec = fk_spec(tables, output={"path": output.format(orders=tables["orders"], w=tables["w"])})
-    refused(spark, spec, SpecError, "output.path", culprit, watch=[tables["orders"], tables["customers"]])
+def test_output_nested_with_an_input_is_refused(spark, shared, output, culprit) -> None:
+    spec = fk_spec(shared, output={"path": output.format(orders=shared["orders"], w=shared["w"])})
+    refused(spark, spec, SpecError, "output.path", culprit, watch=[shared["orders"], shared["customers"]])
 
 
 @pytest.mark.parametrize(("path", "culprit"), [("out_relative", "relative"), ("ftp://host/out", "ftp")])
-def test_relative_path_or_unknown_scheme_is_refused(spark, tables, path, culprit) -> None:
-    spec = fk_spec(tables, output={"path": path})
-    refused(spark, spec, SpecError, "output.path", culprit, watch=[tables["orders"], tables["customers"]])
+def test_relative_path_or_unknown_scheme_is_refused(spark, shared, path, culprit) -> None:
+    spec = fk_spec(shared, output={"path": path})
+    refused(spark, spec, SpecError, "output.path", culprit, watch=[shared["orders"], shared["customers"]])
 
 
-def test_same_delta_table_id_on_both_sides_is_refused(spark, tables) -> None:
-    copy = tables["w"] / "orders_copy"
-    shutil.copytree(tables["orders"], copy)
-    spec = fk_spec(tables, output={"path": str(copy)})
-    refused(spark, spec, SpecError, "same Delta table as left", watch=[tables["orders"], copy])
-
-
-def test_catalog_name_resolving_to_an_input_is_refused(spark, tables) -> None:
-    spark.sql(f"CREATE TABLE IF NOT EXISTS default.safety_orders USING delta LOCATION '{tables['orders']}'")
-    try:
-        spec = fk_spec(tables, output={"name": "default.safety_orders"})
-        refused(spark, spec, SpecError, "output.path", "left", watch=[tables["orders"], tables["customers"]])
-    finally:
-        spark.sql("DROP TABLE IF EXISTS default.safety_orders")
-
-
-def test_foreign_delta_table_at_output_is_refused_then_adopted(spark, tables) -> None:
-    write(spark, [(99, "theirs")], "id long, note string", tables["out"])
-    spec = fk_spec(tables)
+def test_same_delta_table_id_on_both_sides_is_refused(spark, shared, tmp_path: Path) -> None:
+    copy = tmp_path / "orders_copy"
+    shutil.copytree(shared["orders"], copy)
+    spec = fk_spec(shared, output={"path": str(copy)})
     refused(
         spark,
         spec,
         SpecError,
-        str(tables["out"]),
+        "same Delta table as left",
+        watch=[shared["orders"], shared["customers"], copy],
+    )
+
+
+def test_catalog_name_resolving_to_an_input_is_refused(spark, shared) -> None:
+    spark.sql(f"CREATE TABLE IF NOT EXISTS default.safety_orders USING delta LOCATION '{shared['orders']}'")
+    try:
+        spec = fk_spec(shared, output={"name": "default.safety_orders"})
+        refused(spark, spec, SpecError, "output.path", "left", watch=[shared["orders"], shared["customers"]])
+    finally:
+        spark.sql("DROP TABLE IF EXISTS default.safety_orders")
+
+
+def test_foreign_delta_table_at_output_is_refused_then_adopted(spark, shared) -> None:
+    write(spark, [(99, "theirs")], "id long, note string", shared["out"])
+    spec = fk_spec(shared)
+    refused(
+        spark,
+        spec,
+        SpecError,
+        str(shared["out"]),
         "did not create",
         "adopt_existing_output",
-        watch=[tables["orders"], tables["customers"], tables["out"]],
+        watch=[shared["orders"], shared["customers"], shared["out"]],
     )
     result = run_spec(
-        {**spec, "output": {"path": str(tables["out"]), "adopt_existing_output": True}}, spark=spark
+        {**spec, "output": {"path": str(shared["out"]), "adopt_existing_output": True}}, spark=spark
     )
     assert result["mode"] == "full"
-    assert output_state(spark, tables["out"]) == oracle(spark, result)
+    assert output_state(spark, shared["out"]) == oracle(spark, result)
     again = run_spec(spec, spark=spark)  # owned now: no adopt flag needed
     assert again["mode"] == "noop"
 
 
-def test_another_specs_output_is_refused(spark, tables) -> None:
-    run_spec(fk_spec(tables), spark=spark)
-    other = tables["w"] / "customers2"
-    write(spark, CUSTOMER_ROWS, CUSTOMERS, other)
-    spec = fk_spec(tables, right={"path": str(other), "key": ["customer_id"]})
+def test_another_specs_output_is_refused(spark, unnamed) -> None:
+    spec = fk_spec(unnamed, right={"path": str(unnamed["customers2"]), "key": ["customer_id"]})
     refused(
         spark,
         spec,
         SpecError,
         "belongs to an unnamed foreign_key_join",
         "adopt_existing_output",
-        watch=[tables["out"]],
+        watch=[unnamed["out"], unnamed["orders"], unnamed["customers2"]],
     )
 
 
-def test_another_owners_output_is_refused_before_anything_is_read(spark, tables) -> None:
+def test_another_owners_output_is_refused_before_anything_is_read(spark, owned) -> None:
     """Two DAGs, same kind and inputs, different how and columns: the second is refused (it would rebuild
     the first's output on every run, each erasing the other's rows), by the Spark refresh and by the no-JVM
     noop check alike, until it says adopt_existing_output: true."""
-    first = fk_spec(tables, output={"path": str(tables["out"]), "owner": "sales.orders_enriched"})
-    run_spec(first, spark=spark)
+    first = fk_spec(owned, output={"path": str(owned["out"]), "owner": "sales.orders_enriched"})
     columns = {"amount": "l.amount", "customer": "r.name"}
     second = fk_spec(
-        tables, how="left", columns=columns, output={"path": str(tables["out"]), "owner": "ops.orders_report"}
+        owned, how="left", columns=columns, output={"path": str(owned["out"]), "owner": "ops.orders_report"}
     )
-    watch = [tables["out"], tables["orders"], tables["customers"]]
+    watch = [owned["out"], owned["orders"], owned["customers"]]
     refused(
         spark,
         second,
@@ -195,7 +408,7 @@ def test_another_owners_output_is_refused_before_anything_is_read(spark, tables)
         "adopt_existing_output: true",
         watch=watch,
     )
-    unnamed = fk_spec(tables, how="left", columns=columns)
+    unnamed = fk_spec(owned, how="left", columns=columns)
     refused(
         spark, unnamed, SpecError, "owner 'sales.orders_enriched'", "an unnamed foreign_key_join", watch=watch
     )
@@ -205,102 +418,98 @@ def test_another_owners_output_is_refused_before_anything_is_read(spark, tables)
     taken = run_spec(second, spark=spark)
     expected = {key: (amount, name) for key, (_, amount, name) in oracle(spark, taken, how="left").items()}
     assert taken["mode"] == "full"
-    assert {r["order_id"]: (r["amount"], r["customer"]) for r in rows_at(spark, tables["out"])} == expected
+    assert {r["order_id"]: (r["amount"], r["customer"]) for r in rows_at(spark, owned["out"])} == expected
     owner = json.loads(
-        DeltaHandle(spark, TableRef(path=str(tables["out"])), "output").state().properties["fkjoin.owner"]
+        DeltaHandle(spark, TableRef(path=str(owned["out"])), "output").state().properties["fkjoin.owner"]
     )
     assert owner["owner"] == "ops.orders_report"
     refused(spark, first, SpecError, "owner 'ops.orders_report'", watch=watch)
 
 
-def test_the_same_owner_editing_its_spec_rebuilds_naming_what_changed(spark, tables) -> None:
-    output = {"path": str(tables["out"]), "owner": "sales.orders_enriched"}
-    run_spec(fk_spec(tables, output=output), spark=spark)
-    edited = fk_spec(tables, how="left", output=output)
+def test_the_same_owner_editing_its_spec_rebuilds_naming_what_changed(spark, owned) -> None:
+    output = {"path": str(owned["out"]), "owner": "sales.orders_enriched"}
+    edited = fk_spec(owned, how="left", output=output)
     result = run_spec(edited, spark=spark)
     assert (result["mode"], result["reason"]) == ("full", "spec changed since the last refresh: how")
-    assert output_state(spark, tables["out"]) == oracle(spark, result, how="left")
-    renamed = fk_spec(tables, how="left", columns={"amount": "l.amount * 2", "name": "r.name"}, output=output)
+    assert output_state(spark, owned["out"]) == oracle(spark, result, how="left")
+    renamed = fk_spec(owned, how="left", columns={"amount": "l.amount * 2", "name": "r.name"}, output=output)
     assert run_spec(renamed, spark=spark)["reason"] == "spec changed since the last refresh: columns"
-    doubled = fk_spec(tables, how="left", columns={"amount": "l.amount * 3", "name": "r.name"}, output=output)
+    doubled = fk_spec(owned, how="left", columns={"amount": "l.amount * 3", "name": "r.name"}, output=output)
     assert run_spec(doubled, spark=spark)["reason"] == "spec changed since the last refresh: columns.amount"
-    other = tables["w"] / "customers2"
-    write(spark, CUSTOMER_ROWS, CUSTOMERS, other)
-    moved = fk_spec(tables, right={"path": str(other), "key": ["customer_id"]}, output=output)
+    moved = fk_spec(owned, right={"path": str(owned["customers2"]), "key": ["customer_id"]}, output=output)
     assert run_spec(moved, spark=spark)["mode"] == "full"  # even its inputs: the owner's to change
 
 
-def test_an_unnamed_output_is_claimed_by_the_same_spec_naming_its_owner(spark, tables) -> None:
-    run_spec(fk_spec(tables), spark=spark)
-    named = fk_spec(tables, output={"path": str(tables["out"]), "owner": "sales.orders_enriched"})
-    assert noop_result(named)["mode"] == "noop" and run_spec(named, spark=spark)["mode"] == "noop"
-    write(spark, [(5, 30, 1.0)], ORDERS, tables["orders"], mode="append")
-    assert run_spec(named, spark=spark)["mode"] == "incremental"
-    owner = json.loads(
-        DeltaHandle(spark, TableRef(path=str(tables["out"])), "output").state().properties["fkjoin.owner"]
-    )
-    assert owner["owner"] == "sales.orders_enriched"
-    refused(spark, fk_spec(tables), SpecError, "owner 'sales.orders_enriched'", watch=[tables["out"]])
+def test_an_unnamed_output_is_claimed_by_the_same_spec_naming_its_owner(spark, appended) -> None:
+    """The appended world's ``claimed``: created by the plain spec, then refreshed by the same spec naming
+    its owner before and after an order is appended."""
+    seen = appended.results("claimed")
+    assert seen["precheck"]["mode"] == "noop" and seen["noop"]["mode"] == "noop"
+    assert seen["result"]["mode"] == "incremental"
+    assert seen["owner"]["owner"] == "sales.orders_enriched"
+    watch = [appended.outs["claimed"], appended.tables["orders"], appended.tables["customers"]]
+    refused(spark, appended.specs["claimed"], SpecError, "owner 'sales.orders_enriched'", watch=watch)
 
 
-def test_non_delta_files_at_output_are_refused(spark, tables) -> None:
-    tables["out"].mkdir()
-    (tables["out"] / "report.csv").write_text("a,b\n1,2\n")
-    refused(spark, fk_spec(tables), SpecError, "holds files", watch=[tables["out"]])
-    assert (tables["out"] / "report.csv").read_text() == "a,b\n1,2\n"
+def test_non_delta_files_at_output_are_refused(spark, shared) -> None:
+    shared["out"].mkdir()
+    (shared["out"] / "report.csv").write_text("a,b\n1,2\n")
+    watch = [shared["out"], shared["orders"], shared["customers"]]
+    refused(spark, fk_spec(shared), SpecError, "holds files", watch=watch)
+    assert (shared["out"] / "report.csv").read_text() == "a,b\n1,2\n"
 
 
 @pytest.mark.parametrize("leftovers", ["data files", "an empty log"])
-def test_files_a_killed_create_left_do_not_block_the_rerun(spark, tables, leftovers) -> None:
+def test_files_a_killed_create_left_do_not_block_the_rerun(spark, shared, leftovers, tmp_path: Path) -> None:
     """A first refresh killed inside its create leaves a ``_delta_log`` with no commit, and perhaps data
     files no version references; the rerun creates the output over them, reading none of them."""
-    (tables["out"] / "_delta_log").mkdir(parents=True)
+    (shared["out"] / "_delta_log").mkdir(parents=True)
     if leftovers == "data files":
-        stray = tables["w"] / "stray"
+        stray = tmp_path / "stray"
         rows = [(7, 10, 1.0, "not joined")]
         spark.createDataFrame(rows, ORDERS + ", name string").write.parquet(str(stray))
         for part in stray.glob("part-*.parquet"):
-            shutil.copy(part, tables["out"] / part.name)
-    result = run_spec(fk_spec(tables), spark=spark)
+            shutil.copy(part, shared["out"] / part.name)
+    result = run_spec(fk_spec(shared), spark=spark)
     assert result["mode"] == "full" and result["output"]["version"] == 0
-    assert output_state(spark, tables["out"]) == oracle(spark, result)
-    assert run_spec(fk_spec(tables), spark=spark)["mode"] == "noop"
+    assert output_state(spark, shared["out"]) == oracle(spark, result)
+    assert run_spec(fk_spec(shared), spark=spark)["mode"] == "noop"
 
 
 @pytest.mark.parametrize("beside", ["report.csv", "_delta_log/00000000000000000000.checkpoint.parquet"])
-def test_a_log_without_commits_beside_other_files_is_still_refused(spark, tables, beside) -> None:
+def test_a_log_without_commits_beside_other_files_is_still_refused(spark, shared, beside) -> None:
     """Only what a killed create leaves is gone over: a user's file, or a log that holds a checkpoint
     (a copy in progress), is someone's data."""
-    (tables["out"] / "_delta_log").mkdir(parents=True)
-    (tables["out"] / beside).write_text("theirs")
-    refused(spark, fk_spec(tables), SpecError, "holds files", watch=[tables["out"]])
-    assert (tables["out"] / beside).read_text() == "theirs"
+    (shared["out"] / "_delta_log").mkdir(parents=True)
+    (shared["out"] / beside).write_text("theirs")
+    watch = [shared["out"], shared["orders"], shared["customers"]]
+    refused(spark, fk_spec(shared), SpecError, "holds files", watch=watch)
+    assert (shared["out"] / beside).read_text() == "theirs"
 
 
-def test_a_create_over_leftovers_never_replaces_a_table(spark, tables, monkeypatch) -> None:
+def test_a_create_over_leftovers_never_replaces_a_table(spark, shared, monkeypatch) -> None:
     """Should another writer commit a table at the location between the leftovers check and the create
     (a race of milliseconds, forced here), the create puts that table back and fails as concurrent."""
-    (tables["out"] / "_delta_log").mkdir(parents=True)
+    (shared["out"] / "_delta_log").mkdir(parents=True)
     phases: list[str] = []
     leftovers_check = DeltaHandle.left_by_failed_create
 
     def another_writer_commits_right_after(handle: DeltaHandle) -> bool:
         found = leftovers_check(handle)
         if found and "merge_started" in phases:
-            write(spark, [(99, "theirs")], "id long, note string", tables["out"])
+            write(spark, [(99, "theirs")], "id long, note string", shared["out"])
         return found
 
     monkeypatch.setattr(DeltaHandle, "left_by_failed_create", another_writer_commits_right_after)
     with phase_listener(phases.append), pytest.raises(ConcurrentRefreshError, match="restored to version 0"):
-        run_spec(fk_spec(tables), spark=spark)
-    assert rows_at(spark, tables["out"]) == [{"id": 99, "note": "theirs"}]
-    history = spark.sql(f"DESCRIBE HISTORY delta.`{tables['out']}`").orderBy("version").collect()
+        run_spec(fk_spec(shared), spark=spark)
+    assert rows_at(spark, shared["out"]) == [{"id": 99, "note": "theirs"}]
+    history = spark.sql(f"DESCRIBE HISTORY delta.`{shared['out']}`").orderBy("version").collect()
     assert [row["operation"] for row in history] == ["WRITE", "CREATE OR REPLACE TABLE AS SELECT", "RESTORE"]
 
 
-def test_output_records_its_owner(spark, tables) -> None:
-    run_spec(fk_spec(tables), spark=spark)
-    properties = DeltaHandle(spark, TableRef(path=str(tables["out"])), "output").state().properties
+def test_output_records_its_owner(spark, unnamed) -> None:
+    properties = DeltaHandle(spark, TableRef(path=str(unnamed["out"])), "output").state().properties
     owner = json.loads(properties["fkjoin.owner"])
     assert owner["kind"] == "foreign_key_join" and owner["spec"]
     assert properties["delta.enableChangeDataFeed"] == "true"
@@ -320,23 +529,23 @@ def test_output_records_its_owner(spark, tables) -> None:
         ("explode(array(1, 2))", "generator"),
     ],
 )
-def test_impure_expression_is_refused(spark, tables, expression, construct) -> None:
-    spec = fk_spec(tables, columns={"bad": expression})
+def test_impure_expression_is_refused(spark, shared, expression, construct) -> None:
+    spec = fk_spec(shared, columns={"bad": expression})
     message = refused(
-        spark, spec, SpecError, "columns.bad", watch=[tables["orders"], tables["customers"], tables["out"]]
+        spark, spec, SpecError, "columns.bad", watch=[shared["orders"], shared["customers"], shared["out"]]
     )
     assert construct in message.lower(), message
 
 
-def test_row_level_cast_failure_names_column_and_value(spark, tables) -> None:
-    spec = fk_spec(tables, columns={"name_as_int": "CAST(r.name AS INT)"})
+def test_row_level_cast_failure_names_column_and_value(spark, shared) -> None:
+    spec = fk_spec(shared, columns={"name_as_int": "CAST(r.name AS INT)"})
     message = refused(
         spark,
         spec,
         InputDataError,
         "columns.name_as_int",
         "ann",
-        watch=[tables["orders"], tables["customers"], tables["out"]],
+        watch=[shared["orders"], shared["customers"], shared["out"]],
     )
     assert "try_cast" in message
 
@@ -344,8 +553,8 @@ def test_row_level_cast_failure_names_column_and_value(spark, tables) -> None:
 # ---------------------------------------------------- 3. schema changes never get a refresh stuck
 
 
-def test_added_input_column_rebuilds_with_reason(spark, tables) -> None:
-    run_spec(fk_spec(tables), spark=spark)
+def test_added_input_column_rebuilds_with_reason(spark, refreshed) -> None:
+    tables = refreshed
     spark.sql(f"ALTER TABLE delta.`{tables['customers']}` ADD COLUMNS (tier STRING)")
     spark.sql(f"UPDATE delta.`{tables['customers']}` SET tier = 'gold' WHERE customer_id = 10")
     result = run_spec(fk_spec(tables), spark=spark)
@@ -355,8 +564,8 @@ def test_added_input_column_rebuilds_with_reason(spark, tables) -> None:
     assert run_spec(fk_spec(tables), spark=spark)["mode"] == "noop"
 
 
-def test_widened_input_column_rebuilds_with_reason(spark, tables) -> None:
-    run_spec(fk_spec(tables), spark=spark)
+def test_widened_input_column_rebuilds_with_reason(spark, refreshed) -> None:
+    tables = refreshed
     write(
         spark,
         [(1, 10, 5), (2, 10, 7), (3, 20, 1)],
@@ -425,7 +634,8 @@ def test_projected_column_gone_is_a_spec_error(spark, tables) -> None:
     spec = fk_spec(tables, columns={"customer": "r.name"})
     run_spec(spec, spark=spark)
     write(spark, [(10,), (20,)], "customer_id long", tables["customers"], overwriteSchema="true")
-    refused(spark, spec, SpecError, "columns.customer", "name", watch=[tables["out"]])
+    watch = [tables["orders"], tables["customers"], tables["out"]]
+    refused(spark, spec, SpecError, "columns.customer", "name", watch=watch)
 
 
 def test_map_and_struct_value_columns_work_across_refreshes(spark, tables) -> None:
@@ -452,65 +662,52 @@ def test_map_and_struct_value_columns_work_across_refreshes(spark, tables) -> No
 # ------------------------------------------------------------------ 4. writes by others are detected
 
 
-@pytest.mark.parametrize(
-    "interference",
-    [
-        "DELETE FROM delta.`{out}` WHERE order_id = 1",
-        "UPDATE delta.`{out}` SET name = 'forged' WHERE order_id = 2",
-        "RESTORE TABLE delta.`{out}` TO VERSION AS OF 0",
-    ],
-)
-def test_output_changed_by_others_rebuilds(spark, tables, interference) -> None:
-    run_spec(fk_spec(tables), spark=spark)
-    write(spark, [(5, 30, 9.0)], ORDERS, tables["orders"], mode="append")
-    run_spec(fk_spec(tables), spark=spark)
-    spark.sql(interference.format(out=tables["out"]))
-    result = run_spec(fk_spec(tables), spark=spark)
+@pytest.mark.parametrize("interference", INTERFERENCES)
+def test_output_changed_by_others_rebuilds(appended, interference) -> None:
+    """The appended world's ``changed``: a first refresh, an appended order, an incremental refresh, then
+    ``interference`` by someone else."""
+    assert appended.results("changed")["second"]["mode"] == "incremental"
+    seen = appended.results("changed", interference)
+    result = seen["result"]
     assert result["mode"] == "full" and "changed outside this engine" in result["reason"], result["reason"]
-    assert output_state(spark, tables["out"]) == oracle(spark, result)
+    assert seen["state"] == seen["oracle"]
 
 
-def test_optimize_and_properties_are_not_changes(spark, tables) -> None:
-    run_spec(fk_spec(tables), spark=spark)
-    spark.sql(f"OPTIMIZE delta.`{tables['out']}`")
-    spark.sql(f"ALTER TABLE delta.`{tables['out']}` SET TBLPROPERTIES ('team' = 'data')")
-    assert run_spec(fk_spec(tables), spark=spark)["mode"] == "noop"
-    write(spark, [(6, 20, 3.0)], ORDERS, tables["orders"], mode="append")
-    result = run_spec(fk_spec(tables), spark=spark)
-    assert result["mode"] == "incremental"
-    assert output_state(spark, tables["out"]) == oracle(spark, result)
+def test_optimize_and_properties_are_not_changes(appended) -> None:
+    """The appended world's ``optimized``: OPTIMIZE and a property set on the output after its first
+    refresh (a noop follows), then an appended order."""
+    seen = appended.results("optimized")
+    assert seen["noop"]["mode"] == "noop"
+    assert seen["result"]["mode"] == "incremental"
+    assert seen["state"] == seen["oracle"]
 
 
 # ------------------------------------------------------------------ 5. full-refresh escape
 
 
-def test_full_refresh_rebuilds_and_rewrites_nothing_unchanged(spark, tables) -> None:
-    first = run_spec(fk_spec(tables), spark=spark)
-    result = run_spec(fk_spec(tables), spark=spark, full_refresh=True)
+def test_full_refresh_rebuilds_and_rewrites_nothing_unchanged(spark, unnamed) -> None:
+    before = output_state(spark, unnamed["out"])  # the first refresh's output, checked against the oracle
+    result = run_spec(fk_spec(unnamed), spark=spark, full_refresh=True)
     assert result["mode"] == "full" and result["reason"] == "full refresh requested"
     assert result["rows"] == {**result["rows"], "inserted": 0, "updated": 0, "deleted": 0}
-    assert output_state(spark, tables["out"]) == oracle(spark, first)
+    assert output_state(spark, unnamed["out"]) == oracle(spark, result) == before
 
 
 # ---------------------------------------------------- 6. exactly once without assumptions about history
 
 
-def test_progress_beyond_the_scanned_history_still_commits(spark, tables, monkeypatch) -> None:
-    run_spec(fk_spec(tables), spark=spark)
-    monkeypatch.setattr(commit_log_module, "HISTORY_SCAN", 2)
-    for _ in range(3):
-        spark.sql(f"OPTIMIZE delta.`{tables['out']}`")
-        spark.sql(f"ALTER TABLE delta.`{tables['out']}` SET TBLPROPERTIES ('touched' = 'yes')")
-    write(spark, [(7, 10, 1.0)], ORDERS, tables["orders"], mode="append")
-    result = run_spec(fk_spec(tables), spark=spark)
+def test_progress_beyond_the_scanned_history_still_commits(appended) -> None:
+    """The appended world's ``scanned``: six commits of others on the output after its first refresh, then
+    an appended order, refreshed while the engine scans only the last 2 commits, then with 1000."""
+    seen = appended.results("scanned")
+    result = seen["result"]
     assert result["mode"] == "full" and "no refresh progress" in result["reason"]
-    assert output_state(spark, tables["out"]) == oracle(spark, result)
-    monkeypatch.setattr(commit_log_module, "HISTORY_SCAN", 1000)
-    assert run_spec(fk_spec(tables), spark=spark)["mode"] == "noop"
+    assert seen["state"] == seen["oracle"]
+    assert seen["again"]["mode"] == "noop"
 
 
-def test_only_genuine_feed_errors_mean_feed_unavailable(spark, tables) -> None:
-    handle = DeltaHandle(spark, TableRef(path=str(tables["orders"])), "left")
+def test_only_genuine_feed_errors_mean_feed_unavailable(spark, shared) -> None:
+    handle = DeltaHandle(spark, TableRef(path=str(shared["orders"])), "left")
     with pytest.raises(FeedUnavailable, match="left"), feed_errors(handle, 0, 1):
         raise RuntimeError("[DELTA_MISSING_CHANGE_DATA] Error getting change data for range [1 , 1]")
     with pytest.raises(RuntimeError, match="executor lost"), feed_errors(handle, 0, 1):
@@ -530,30 +727,30 @@ def stream_spec(tables: dict[str, Path], **overrides: Any) -> dict[str, Any]:
     return spec
 
 
-def test_append_only_output_is_never_replaced_without_opt_in(spark, tables) -> None:
-    run_spec(stream_spec(tables), spark=spark)
-    changed = stream_spec(tables, how="inner")
+def test_append_only_output_is_never_replaced_without_opt_in(spark, shared) -> None:
+    run_spec(stream_spec(shared), spark=spark)
+    changed = stream_spec(shared, how="inner")
     message = refused(
         spark,
         changed,
         FullRebuildRefusedError,
-        str(tables["out"]),
+        str(shared["out"]),
         "allow_full_replace",
-        watch=[tables["out"]],
+        watch=[shared["out"]],
     )
     assert "spec changed" in message
     result = run_spec({**changed, "allow_full_replace": True}, spark=spark)
     assert result["mode"] == "full" and result["rows"]["inserted"] == 3
 
 
-def test_append_only_output_changed_by_others_keeps_appending(spark, tables) -> None:
-    run_spec(stream_spec(tables), spark=spark)
-    spark.sql(f"DELETE FROM delta.`{tables['out']}` WHERE order_id = 1")
-    write(spark, [(8, 20, 4.0)], ORDERS, tables["orders"], mode="append")
-    result = run_spec(stream_spec(tables), spark=spark)
+def test_append_only_output_changed_by_others_keeps_appending(appended) -> None:
+    """The appended world's ``stream``: order 1 deleted from the output by someone else after its first
+    refresh, then an appended order."""
+    seen = appended.results("stream")
+    result = seen["result"]
     assert result["mode"] == "incremental" and result["rows"]["inserted"] == 1
     assert any("changed outside this engine" in w for w in result["warnings"])
-    assert sorted(r["order_id"] for r in rows_at(spark, tables["out"])) == [2, 3, 4, 8]
+    assert seen["ids"] == [2, 3, 4, APPENDED_ORDER[0]]
 
 
 # ------------------------------------------------------------------ 7. names and reserved columns
@@ -568,7 +765,8 @@ def test_backtick_in_an_input_column_name_is_quoted(spark, tables) -> None:
         overwriteSchema="true",
     )
     # as an output column it is refused (Delta's MERGE cannot name it); renamed through columns it joins
-    refused(spark, fk_spec(tables), SpecError, "column 'we`ird' holds a backtick", watch=[tables["out"]])
+    watch = [tables["orders"], tables["customers"], tables["out"]]
+    refused(spark, fk_spec(tables), SpecError, "column 'we`ird' holds a backtick", watch=watch)
     renamed = fk_spec(tables, columns={"name": "r.name", "weird": "r.`we``ird`"})
     result = run_spec(renamed, spark=spark)
     assert result["mode"] == "full"
@@ -593,19 +791,19 @@ def test_reserved_prefix_in_an_input_is_refused(spark, tables) -> None:
         SpecError,
         "_fkjoin_present",
         "right",
-        watch=[tables["customers"], tables["out"]],
+        watch=[tables["orders"], tables["customers"], tables["out"]],
     )
 
 
-def test_global_table_as_an_input_keeps_its_engine_columns_out(spark, tables) -> None:
-    events = tables["w"] / "customers_cdc"
+def test_global_table_as_an_input_keeps_its_engine_columns_out(spark, shared, tmp_path: Path) -> None:
+    events = tmp_path / "customers_cdc"
     write(
         spark,
         [(10, "c", 1, "ann"), (20, "c", 2, "bob")],
         "customer_id long, op string, lsn long, name string",
         events,
     )
-    global_out = tables["w"] / "customers_global"
+    global_out = tmp_path / "customers_global"
     run_spec(
         {
             "kind": "global_table_bootstrap",
@@ -618,9 +816,9 @@ def test_global_table_as_an_input_keeps_its_engine_columns_out(spark, tables) ->
         },
         spark=spark,
     )
-    result = run_spec(fk_spec(tables, right={"path": str(global_out), "key": ["customer_id"]}), spark=spark)
-    assert set(rows_at(spark, tables["out"])[0]) == {"order_id", "customer_id", "amount", "name"}
-    assert output_state(spark, tables["out"]) == oracle(spark, result)
+    result = run_spec(fk_spec(shared, right={"path": str(global_out), "key": ["customer_id"]}), spark=spark)
+    assert set(rows_at(spark, shared["out"])[0]) == {"order_id", "customer_id", "amount", "name"}
+    assert output_state(spark, shared["out"]) == oracle(spark, result)
 
 
 # ------------------------------------------------------------------ 8. key values stay out of commit history

@@ -16,6 +16,7 @@ from delta.tables import DeltaTable
 from helpers import CUSTOMERS, ORDERS, oracle, output_state, rows_at, write
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
+from support.tables import SavedStates
 
 from airflow_provider_fkjoin.engine import ConcurrentRefreshError, run_spec
 from airflow_provider_fkjoin.engine.core.spec import TableRef
@@ -28,19 +29,53 @@ ORDER_ROWS = [(1, 10, 5.0), (2, 10, 7.0), (3, 20, 9.0), (4, 30, 1.0)]
 CUSTOMER_ROWS = [(10, "ann"), (20, "bob"), (30, "cy")]
 
 
-@pytest.fixture
-def tables(spark: SparkSession, warehouse: Path) -> dict[str, Any]:
-    orders, customers, out = warehouse / "orders", warehouse / "customers", warehouse / "out"
-    write(spark, ORDER_ROWS, ORDERS, orders)
-    write(spark, CUSTOMER_ROWS, CUSTOMERS, customers)
-    spec = {
+def _spec(root: Path) -> dict[str, Any]:
+    return {
         "kind": "foreign_key_join",
-        "left": {"path": str(orders), "key": ["order_id"]},
-        "right": {"path": str(customers), "key": ["customer_id"]},
+        "left": {"path": str(root / "orders"), "key": ["order_id"]},
+        "right": {"path": str(root / "customers"), "key": ["customer_id"]},
         "foreign_key": ["customer_id"],
-        "output": {"path": str(out)},
+        "output": {"path": str(root / "out")},
     }
-    return {"spec": spec, "orders": orders, "customers": customers, "out": out}
+
+
+@pytest.fixture(scope="module")
+def states(
+    spark: SparkSession, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[SavedStates, dict[str, Any]]:
+    """The module's one set of tables (fixed paths), in two saved states built once on first use:
+    ``refreshed`` (the inputs and a first full refresh) and ``changed`` (then :func:`_change` on the
+    inputs, not yet refreshed)."""
+    root = tmp_path_factory.mktemp("write_path")
+    paths = {
+        "spec": _spec(root),
+        "orders": root / "orders",
+        "customers": root / "customers",
+        "out": root / "out",
+    }
+
+    def first_refresh() -> None:
+        write(spark, ORDER_ROWS, ORDERS, paths["orders"])
+        write(spark, CUSTOMER_ROWS, CUSTOMERS, paths["customers"])
+        first = run_spec(paths["spec"], spark=spark)
+        assert first["mode"] == "full" and output_state(spark, paths["out"]) == oracle(spark, first)
+
+    builders = {"refreshed": (None, first_refresh), "changed": ("refreshed", lambda: _change(spark, paths))}
+    return SavedStates(spark, root, [paths["orders"], paths["customers"], paths["out"]], builders), paths
+
+
+@pytest.fixture
+def refreshed(states: tuple[SavedStates, dict[str, Any]]) -> dict[str, Any]:
+    """The tables after a first full refresh: ``spec``, ``orders``, ``customers``, ``out``."""
+    states[0].restore("refreshed")
+    return states[1]
+
+
+@pytest.fixture
+def changed(states: tuple[SavedStates, dict[str, Any]]) -> dict[str, Any]:
+    """The tables after a first full refresh and then one change of each kind to the inputs."""
+    states[0].restore("changed")
+    return states[1]
 
 
 def _commits(out: Path) -> list[dict[str, Any]]:
@@ -64,10 +99,8 @@ def _change(spark: SparkSession, tables: dict[str, Any]) -> None:
     DeltaTable.forPath(spark, str(tables["customers"])).update("customer_id = 20", {"name": F.lit("bo")})
 
 
-def test_incremental_refresh_is_one_update_commit_with_its_progress(spark, tables) -> None:
-    spec, out = tables["spec"], tables["out"]
-    run_spec(spec, spark=spark)
-    _change(spark, tables)
+def test_incremental_refresh_is_one_update_commit_with_its_progress(spark, changed) -> None:
+    spec, out = changed["spec"], changed["out"]
     result = run_spec(spec, spark=spark)
     assert result["mode"] == "incremental" and result["write_path"] == "net_changes"
     assert output_state(spark, out) == oracle(spark, result)
@@ -104,13 +137,11 @@ def test_incremental_refresh_is_one_update_commit_with_its_progress(spark, table
     }
 
 
-def test_a_commit_landing_during_the_refresh_fails_it_cleanly(spark, tables) -> None:
+def test_a_commit_landing_during_the_refresh_fails_it_cleanly(spark, changed) -> None:
     """Delta's conflict detection is kept: a foreign commit between the transaction's read and its
     commit makes the refresh fail with nothing written; the next refresh rebuilds (the output was
     changed by someone else) and is exact."""
-    spec, out = tables["spec"], tables["out"]
-    run_spec(spec, spark=spark)
-    _change(spark, tables)
+    spec, out = changed["spec"], changed["out"]
 
     def someone_writes(name: str) -> None:
         if name == "committing":
@@ -125,13 +156,11 @@ def test_a_commit_landing_during_the_refresh_fails_it_cleanly(spark, tables) -> 
     assert output_state(spark, out) == oracle(spark, again)
 
 
-def test_a_failed_commit_names_the_output_and_writes_nothing(spark, tables, monkeypatch) -> None:
+def test_a_failed_commit_names_the_output_and_writes_nothing(spark, changed, monkeypatch) -> None:
     """A failure of the engine procedure's commit that is not a conflict (the server's disk, a bug)
     propagates as it is, with a note naming the output; the prepared commit is aborted, nothing lands,
     and the next refresh is incremental and exact."""
-    spec, out = tables["spec"], tables["out"]
-    run_spec(spec, spark=spark)
-    _change(spark, tables)
+    spec, out = changed["spec"], changed["out"]
     call = change_writer.engine_procedure.call
     asked: list[str] = []
 
@@ -154,12 +183,10 @@ def test_a_failed_commit_names_the_output_and_writes_nothing(spark, tables, monk
     assert output_state(spark, out) == oracle(spark, again)
 
 
-def test_an_output_that_moved_before_the_commit_is_merged(spark, tables) -> None:
+def test_an_output_that_moved_before_the_commit_is_merged(spark, changed) -> None:
     """A commit that changes no rows (a property) between planning and the write: the net-change path
     cannot vouch for the version it planned against, so MERGE writes the refresh, with a warning."""
-    spec, out = tables["spec"], tables["out"]
-    run_spec(spec, spark=spark)
-    _change(spark, tables)
+    spec, out = changed["spec"], changed["out"]
 
     def someone_sets_a_property(name: str) -> None:
         if name == "merge_started":
@@ -179,14 +206,13 @@ def test_an_output_that_moved_before_the_commit_is_merged(spark, tables) -> None
         ("'delta.enableDeletionVectors' = 'false'", "deletion vectors"),
     ],
 )
-def test_an_output_whose_properties_were_changed_is_merged(spark, tables, setting, reason) -> None:
+def test_an_output_whose_properties_were_changed_is_merged(spark, changed, setting, reason) -> None:
     """Someone turned the output's change feed or deletion vectors off between refreshes (a property
     change is not a change of rows): a hand-built commit would write change rows as data or refused
     vectors, so MERGE writes the refresh, and it is exact."""
-    spec, out = tables["spec"], tables["out"]
-    run_spec(spec, spark=spark)
+    spec, out = changed["spec"], changed["out"]
+    # the output's log is the same whether the inputs change before or after this commit of its own
     spark.sql(f"ALTER TABLE delta.`{out}` SET TBLPROPERTIES ({setting})")
-    _change(spark, tables)
     result = run_spec(spec, spark=spark)
     assert result["mode"] == "incremental" and result["write_path"] == "merge"
     assert any(reason in w for w in result["warnings"]), result["warnings"]
@@ -194,12 +220,11 @@ def test_an_output_whose_properties_were_changed_is_merged(spark, tables, settin
 
 
 @pytest.mark.parametrize("claim", ["insert of a held key", "unchanged key the output lacks"])
-def test_changes_the_output_does_not_bear_out_are_refused_before_writing(spark, tables, claim) -> None:
+def test_changes_the_output_does_not_bear_out_are_refused_before_writing(spark, refreshed, claim) -> None:
     """The proof: the inputs' account of the affected keys must match the output's keys. An insert of a
     key the output holds, or an unchanged key it does not hold (the previous rows were wrong), is
     refused, and nothing is written."""
-    spec, out = tables["spec"], tables["out"]
-    run_spec(spec, spark=spark)
+    out = refreshed["out"]
     output = DeltaHandle(spark, TableRef(path=str(out)), "output")
     current = output.read()
     values = ["customer_id", "amount", "name"]
@@ -233,17 +258,16 @@ def test_changes_the_output_does_not_bear_out_are_refused_before_writing(spark, 
     ]
 
 
-def test_refreshes_compact_the_output_when_small_files_pile_up(spark, tables, monkeypatch) -> None:
-    spec, out = tables["spec"], tables["out"]
+def test_refreshes_compact_the_output_when_small_files_pile_up(spark, refreshed, monkeypatch) -> None:
+    spec, out = refreshed["spec"], refreshed["out"]
     # A tiny table: every file counts as small, and the deleted-rows rule applies to one-row files.
     monkeypatch.setattr(change_writer, "COMPACT_SMALL_FILES", 2)
     monkeypatch.setattr(change_writer, "SMALL_FILE_SHARE", 10.0)
-    monkeypatch.setattr(change_writer, "DV_MIN_ROWS", 1)
-    run_spec(spec, spark=spark)
+    monkeypatch.setattr(change_writer, "DV_MIN_ROWS", 1)  # (the first, full refresh never compacts)
     compacted: list[bool] = []
     warnings: list[str] = []
     for amount in range(4):
-        DeltaTable.forPath(spark, str(tables["orders"])).update(
+        DeltaTable.forPath(spark, str(refreshed["orders"])).update(
             "order_id = 1", {"amount": F.lit(float(amount))}
         )
         result = run_spec(spec, spark=spark)
@@ -254,22 +278,20 @@ def test_refreshes_compact_the_output_when_small_files_pile_up(spark, tables, mo
     assert True in compacted, warnings
     assert "OPTIMIZE" in [c["operation"] for c in _commits(out)]
     # OPTIMIZE changes no rows: the next refresh is still incremental and exact.
-    write(spark, [(6, 10, 3.0)], ORDERS, tables["orders"], mode="append")
+    write(spark, [(6, 10, 3.0)], ORDERS, refreshed["orders"], mode="append")
     after = run_spec(spec, spark=spark)
     assert after["mode"] == "incremental" and after["write_path"] == "net_changes"
     assert output_state(spark, out) == oracle(spark, after)
 
 
-def test_a_concurrent_refresh_that_changed_nothing_still_fails_the_other(spark, tables) -> None:
+def test_a_concurrent_refresh_that_changed_nothing_still_fails_the_other(spark, changed) -> None:
     """Two runs of the same refresh (same seq): the first commits no data change (only its progress),
     so no file conflicts with the second, which still must not commit the same seq again. The
     transaction reads the refresh's ``txnVersion``, so Delta fails the second commit cleanly."""
     from airflow_provider_fkjoin.engine.delta.output_log import read_output_log
     from airflow_provider_fkjoin.engine.runtime import engine_procedure
 
-    spec, out = tables["spec"], tables["out"]
-    run_spec(spec, spark=spark)
-    _change(spark, tables)
+    spec, out = changed["spec"], changed["out"]
     handle = DeltaHandle(spark, TableRef(path=str(out)), "output")
     log = read_output_log(handle)
 
