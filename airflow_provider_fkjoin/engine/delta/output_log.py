@@ -3,7 +3,8 @@ sequence (what :mod:`..core.progress` parses), for the ownership check and the r
 
 from __future__ import annotations
 
-from ..core.progress import HISTORY_SCAN, OutputLog, Progress, scan_history, transaction_app_id
+from ..core import progress
+from ..core.progress import OutputLog, Progress, scan_history, transaction_app_id
 from .tables import DeltaHandle
 
 
@@ -18,7 +19,8 @@ def read_output_log(output: DeltaHandle) -> OutputLog:
         return OutputLog(None, None, transaction_app_id(output.ref.identity), 0, None)
     state = output.state(with_size=True)
     app_id = transaction_app_id(state.table_id)
-    scan = scan_history(output.history(HISTORY_SCAN), output.location)
+    # read when called, not imported: a test lowers it to reach the path past the scanned history
+    scan = scan_history(output.history(progress.HISTORY_SCAN), output.location)
     recorded = output.transaction_version(app_id) or 0
     last_seq = max(recorded, scan.progress.seq if scan.progress else 0)
     return OutputLog(
