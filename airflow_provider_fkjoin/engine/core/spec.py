@@ -1033,7 +1033,8 @@ Spec = Annotated[
     Field(discriminator="kind"),
 ]
 _SPEC_ADAPTER: TypeAdapter[AnySpec] = TypeAdapter(Spec)
-KINDS = (
+#: The spec kinds' names, for messages (the registry of their algorithms is ``kinds.KINDS``).
+KIND_NAMES = (
     "foreign_key_join",
     "global_table_bootstrap",
     "stream_table_join",
@@ -1053,7 +1054,13 @@ def _field_path(loc: tuple[Any, ...]) -> str:
     for item in loc:
         if isinstance(item, int):
             parts.append(f"[{item}]")
-        elif item in KINDS or item in {"list[str]", "ForeignKeyExpr", "ChangelogFormat", "stream", "table"}:
+        elif item in KIND_NAMES or item in {
+            "list[str]",
+            "ForeignKeyExpr",
+            "ChangelogFormat",
+            "stream",
+            "table",
+        }:
             continue
         else:
             parts.append(("." if parts else "") + str(item))
@@ -1080,10 +1087,10 @@ def _format_errors(error: ValidationError) -> str:
         elif item["type"] == "union_tag_invalid":
             path = "kind"
             message = (
-                f"unknown kind {item.get('input', {}).get('kind')!r}; expected one of {', '.join(KINDS)}"
+                f"unknown kind {item.get('input', {}).get('kind')!r}; expected one of {', '.join(KIND_NAMES)}"
             )
         elif item["type"] == "union_tag_not_found":
-            path, message = "kind", f"is required; one of {', '.join(KINDS)}"
+            path, message = "kind", f"is required; one of {', '.join(KIND_NAMES)}"
         names_a_field = re.match(r"^[A-Za-z_][\w.\[\]]*: ", message) is not None
         line = message if path == "spec" and names_a_field else f"{path}: {message}"
         if line not in seen:
