@@ -210,6 +210,34 @@ class ForeignKeyExpr(_Strict):
         return [self.expr] if isinstance(self.expr, str) else list(self.expr)
 
 
+KeyMapping = list[str] | ForeignKeyExpr
+
+
+def check_key_mapping(value: KeyMapping, columns_of: str) -> KeyMapping:
+    """A foreign key (or a stream's key mapper): at least one column of ``columns_of``, each a usable
+    name, or non-empty Spark SQL expressions.
+
+    >>> check_key_mapping(["customer_id"], "left")
+    ['customer_id']
+    >>> check_key_mapping([], "left")
+    Traceback (most recent call last):
+    ValueError: needs at least one left column
+    """
+    if isinstance(value, list):
+        if not value:
+            raise ValueError(f"needs at least one {columns_of} column")
+        for column in value:
+            check_column_name(column)
+    elif not all(e.strip() for e in value.expressions):
+        raise ValueError("expr must be non-empty Spark SQL")
+    return value
+
+
+def key_mapping_arity(value: KeyMapping) -> int:
+    """How many right (or table) key columns a foreign key or key mapper gives values for."""
+    return len(value) if isinstance(value, list) else len(value.expressions)
+
+
 class ForeignKeyJoinSpec(_KindSpec):
     """KIP-213 foreign-key table-table join: many left rows reference one right row."""
 
@@ -223,15 +251,8 @@ class ForeignKeyJoinSpec(_KindSpec):
 
     @field_validator("foreign_key")
     @classmethod
-    def _fk_ok(cls, value: list[str] | ForeignKeyExpr) -> list[str] | ForeignKeyExpr:
-        if isinstance(value, list):
-            if not value:
-                raise ValueError("needs at least one left column")
-            for column in value:
-                check_column_name(column)
-        elif not all(e.strip() for e in value.expressions):
-            raise ValueError("expr must be non-empty Spark SQL")
-        return value
+    def _fk_ok(cls, value: KeyMapping) -> KeyMapping:
+        return check_key_mapping(value, "left")
 
     @field_validator("columns")
     @classmethod
@@ -240,9 +261,7 @@ class ForeignKeyJoinSpec(_KindSpec):
 
     @model_validator(mode="after")
     def _consistent(self) -> ForeignKeyJoinSpec:
-        arity = (
-            len(self.foreign_key) if isinstance(self.foreign_key, list) else len(self.foreign_key.expressions)
-        )
+        arity = key_mapping_arity(self.foreign_key)
         if arity != len(self.right.key):
             raise ValueError(
                 f"foreign_key has {arity} part(s) but right.key {self.right.key} has {len(self.right.key)}: "
@@ -428,15 +447,8 @@ class StreamTableJoinSpec(_KindSpec):
 
     @field_validator("key_mapper")
     @classmethod
-    def _mapper_ok(cls, value: list[str] | ForeignKeyExpr) -> list[str] | ForeignKeyExpr:
-        if isinstance(value, list):
-            if not value:
-                raise ValueError("needs at least one stream column")
-            for column in value:
-                check_column_name(column)
-        elif not all(e.strip() for e in value.expressions):
-            raise ValueError("expr must be non-empty Spark SQL")
-        return value
+    def _mapper_ok(cls, value: KeyMapping) -> KeyMapping:
+        return check_key_mapping(value, "stream")
 
     @field_validator("columns")
     @classmethod
@@ -445,8 +457,7 @@ class StreamTableJoinSpec(_KindSpec):
 
     @model_validator(mode="after")
     def _consistent(self) -> StreamTableJoinSpec:
-        mapper = self.key_mapper
-        arity = len(mapper) if isinstance(mapper, list) else len(mapper.expressions)
+        arity = key_mapping_arity(self.key_mapper)
         if arity != len(self.table.key):
             raise ValueError(
                 f"key_mapper has {arity} part(s) but table.key {self.table.key} has {len(self.table.key)}: "
