@@ -10,6 +10,7 @@ that ``scripts/test.sh`` asks for) and to the machine's store, ``$FKJOIN_TEST_DU
 afresh) finds it::
 
     .venv/bin/python tests/support/durations.py update   # the newest stored full run -> tests/durations.json
+    .venv/bin/python tests/support/durations.py split    # the tiers' measured split, for docs/development.md
 
 Ordering: files run longest first (their measured total), so that the two workers of ``--dist loadfile``
 do not end with one long file running alone; a file never measured counts as long.
@@ -24,7 +25,7 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Generator, Iterable, Mapping
+from collections.abc import Callable, Generator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -213,23 +214,42 @@ def _update(source: Path | None) -> int:
     return 0
 
 
-def summary(records: Mapping[str, Mapping[str, Any]], slow: Iterable[str]) -> str:
-    """Seconds per tier (own and shared) and the files' totals: what docs/development.md shows."""
-    slow_ids = set(slow)
-    lines = []
-    for name, ids in (
-        ("slow", [t for t in records if t in slow_ids]),
-        ("fast", [t for t in records if t not in slow_ids]),
-    ):
-        own = sum(own_seconds(records[t]) for t in ids)
-        total = sum(total_seconds(records[t]) for t in ids)
-        lines.append(f"{name}: {len(ids)} tests, {own / 60:.1f} min own, {total / 60:.1f} min with fixtures")
+def split_table(records: Mapping[str, Mapping[str, Any]], tier_of: Callable[[str], str]) -> str:
+    """The measured split as a Markdown table (what ``docs/development.md`` shows): per tier, its tests and
+    the minutes of one worker they took in the measured full run, shared fixtures included, and its
+    longest files."""
+    tiers: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    counts: dict[str, int] = defaultdict(int)
+    for test_id, record in records.items():
+        tier = tier_of(test_id)
+        tiers[tier][test_id.split("::", 1)[0]] += total_seconds(record)
+        counts[tier] += 1
+    lines = ["| tier | tests | worker-minutes | longest files (minutes) |", "|---|---:|---:|---|"]
+    for tier in ("fast", "slow", "e2e"):
+        files = tiers.get(tier, {})
+        longest = sorted(files.items(), key=lambda item: -item[1])[:4]
+        names = ", ".join(f"`{f.removeprefix('tests/')}` ({s / 60:.1f})" for f, s in longest)
+        lines.append(f"| {tier} | {counts.get(tier, 0)} | {sum(files.values()) / 60:.1f} | {names} |")
     return "\n".join(lines)
+
+
+def _print_split() -> int:
+    sys.path.insert(0, str(TESTS))
+    from tiers import id_parts, tier_of
+
+    table = json.loads(TABLE.read_text())
+    print(split_table(table["tests"], lambda test_id: tier_of(*id_parts(test_id)) or "fast"))
+    measured = table["measured"]
+    when = f"{measured['commit']} ({measured['finished']})"
+    print(f"\nMeasured at {when}: {measured['command']}; {measured['wall_s'] / 60:.0f} min of pytest.")
+    return 0
 
 
 if __name__ == "__main__":
     args = sys.argv[1:]
     if args[:1] == ["update"]:
         raise SystemExit(_update(Path(args[1]) if len(args) > 1 else None))
+    if args[:1] == ["split"]:
+        raise SystemExit(_print_split())
     print(__doc__)
     raise SystemExit(2)
