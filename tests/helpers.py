@@ -744,18 +744,12 @@ def orders_customers(
 ) -> tuple[dict[str, Any], Path, Path, Path]:
     """``orders`` and ``customers`` written in ``warehouse`` (CDF on), and the foreign-key join spec over
     them into ``warehouse/out``: ``(spec, orders_path, customers_path, out_path)``."""
-    paths = warehouse / "orders", warehouse / "customers", warehouse / "out"
-    write(spark, orders, ORDERS, paths[0])
-    write(spark, customers, CUSTOMERS, paths[1])
-    spec = {
-        "kind": "foreign_key_join",
-        "left": {"path": str(paths[0]), "key": ["order_id"]},
-        "right": {"path": str(paths[1]), "key": ["customer_id"]},
-        "foreign_key": ["customer_id"],
-        "how": how,
-        "output": {"path": str(paths[2])},
-    }
-    return (spec, *paths)
+    from support.tables import orders_customers_spec
+
+    spec, orders_path, customers_path, out = orders_customers_spec(warehouse, how)
+    write(spark, orders, ORDERS, orders_path)
+    write(spark, customers, CUSTOMERS, customers_path)
+    return spec, orders_path, customers_path, out
 
 
 def rows_at(spark, path: Path | str, version: int | None = None) -> list[dict[str, Any]]:
