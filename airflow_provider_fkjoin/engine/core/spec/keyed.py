@@ -1,0 +1,209 @@
+"""The kinds that look rows up in a keyed table by a key mapping: ``foreign_key_join``,
+``global_table_bootstrap`` and ``stream_table_join`` (KIP-213 and KIP-99), with the foreign key or key
+mapper (:class:`ForeignKeyExpr`, :func:`check_key_mapping`) and the stream reference they share.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from .refs import (
+    OutputRef,
+    SourceRef,
+    TableRef,
+    _KindSpec,
+    _Strict,
+    check_column_name,
+    check_distinct_locations,
+    check_projection,
+)
+
+
+class ForeignKeyExpr(_Strict):
+    """The foreign key computed from left columns: one Spark SQL expression per right key column."""
+
+    expr: str | list[str]
+
+    @property
+    def expressions(self) -> list[str]:
+        return [self.expr] if isinstance(self.expr, str) else list(self.expr)
+
+
+KeyMapping = list[str] | ForeignKeyExpr
+
+
+def check_key_mapping(value: KeyMapping, columns_of: str) -> KeyMapping:
+    """A foreign key (or a stream's key mapper): at least one column of ``columns_of``, each a usable
+    name, or non-empty Spark SQL expressions.
+
+    >>> check_key_mapping(["customer_id"], "left")
+    ['customer_id']
+    >>> check_key_mapping([], "left")
+    Traceback (most recent call last):
+    ValueError: needs at least one left column
+    """
+    if isinstance(value, list):
+        if not value:
+            raise ValueError(f"needs at least one {columns_of} column")
+        for column in value:
+            check_column_name(column)
+    elif not all(e.strip() for e in value.expressions):
+        raise ValueError("expr must be non-empty Spark SQL")
+    return value
+
+
+def key_mapping_arity(value: KeyMapping) -> int:
+    """How many right (or table) key columns a foreign key or key mapper gives values for."""
+    return len(value) if isinstance(value, list) else len(value.expressions)
+
+
+class ForeignKeyJoinSpec(_KindSpec):
+    """KIP-213 foreign-key table-table join: many left rows reference one right row."""
+
+    kind: Literal["foreign_key_join"]
+    left: SourceRef
+    right: SourceRef
+    foreign_key: list[str] | ForeignKeyExpr
+    how: Literal["inner", "left"] = "inner"
+    columns: dict[str, str] | None = None
+    output: OutputRef
+
+    @field_validator("foreign_key")
+    @classmethod
+    def _fk_ok(cls, value: KeyMapping) -> KeyMapping:
+        return check_key_mapping(value, "left")
+
+    @field_validator("columns")
+    @classmethod
+    def _columns_ok(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        return check_projection(value)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ForeignKeyJoinSpec:
+        arity = key_mapping_arity(self.foreign_key)
+        if arity != len(self.right.key):
+            raise ValueError(
+                f"foreign_key has {arity} part(s) but right.key {self.right.key} has {len(self.right.key)}: "
+                "give one left column (or expression) per right key column, in order"
+            )
+        if self.columns:
+            clash = sorted(set(self.columns) & set(self.left.key))
+            if clash:
+                raise ValueError(
+                    f"columns: {clash} are the output key (the left key) and are always included; "
+                    "drop them from columns or rename them"
+                )
+        check_distinct_locations(self.output, dict(self.inputs()))
+        return self
+
+    def inputs(self) -> dict[str, SourceRef]:
+        """The input tables by side name, in the order they appear in results."""
+        return {"left": self.left, "right": self.right}
+
+
+class StreamRef(TableRef):
+    """An append-only Delta table of events (a KStream); ``key`` is optional and may be null."""
+
+    key: list[str] | None = None
+
+    @field_validator("key")
+    @classmethod
+    def _key_ok(cls, value: list[str] | None) -> list[str] | None:
+        if value is None:
+            return value
+        if not value:
+            raise ValueError("give at least one column, or leave key out")
+        for column in value:
+            check_column_name(column)
+        if len(set(value)) != len(value):
+            raise ValueError("lists a column twice")
+        return value
+
+
+DEFAULT_BROADCAST_WARN_BYTES = 100 * 1024 * 1024
+DEFAULT_BROADCAST_LIMIT_BYTES = 256 * 1024 * 1024
+
+
+class GlobalTableBootstrapSpec(_KindSpec):
+    """KIP-99 global table: a source materialised to its high watermark, checkpointed in the output.
+
+    Example::
+
+        {"kind": "global_table_bootstrap",
+         "source": {"path": "/w/products_cdc", "key": ["product_id"],
+                    "changelog": {"op_column": "op", "order_by": ["lsn"]}},
+         "output": {"path": "/w/products_global"}}
+    """
+
+    kind: Literal["global_table_bootstrap"]
+    source: SourceRef
+    output: OutputRef
+    broadcast_warn_bytes: int = Field(default=DEFAULT_BROADCAST_WARN_BYTES, ge=0)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> GlobalTableBootstrapSpec:
+        check_distinct_locations(self.output, dict(self.inputs()))
+        return self
+
+    def inputs(self) -> dict[str, SourceRef]:
+        """The input tables by side name, in the order they appear in results."""
+        return {"source": self.source}
+
+    def tuning_fields(self) -> set[str]:
+        """Tuning fields that do not change the output's content (left out of the fingerprint)."""
+        return {"broadcast_warn_bytes"}
+
+
+class StreamTableJoinSpec(_KindSpec):
+    """KIP-99 stream-table lookup join: each new stream record joins the table as of its refresh.
+
+    Example::
+
+        {"kind": "stream_table_join",
+         "stream": {"path": "/w/orders_stream"},
+         "table": {"path": "/w/products_global", "key": ["product_id"]},
+         "key_mapper": ["product_id"], "how": "left",
+         "output": {"path": "/w/orders_enriched"}}
+    """
+
+    kind: Literal["stream_table_join"]
+    stream: StreamRef
+    table: SourceRef
+    key_mapper: list[str] | ForeignKeyExpr
+    how: Literal["inner", "left"] = "inner"
+    columns: dict[str, str] | None = None
+    broadcast_limit_bytes: int = Field(default=DEFAULT_BROADCAST_LIMIT_BYTES, ge=0)
+    allow_unbootstrapped_table: bool = False
+    allow_full_replace: bool = False
+    output: OutputRef
+
+    @field_validator("key_mapper")
+    @classmethod
+    def _mapper_ok(cls, value: KeyMapping) -> KeyMapping:
+        return check_key_mapping(value, "stream")
+
+    @field_validator("columns")
+    @classmethod
+    def _columns_ok(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        return check_projection(value)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> StreamTableJoinSpec:
+        arity = key_mapping_arity(self.key_mapper)
+        if arity != len(self.table.key):
+            raise ValueError(
+                f"key_mapper has {arity} part(s) but table.key {self.table.key} has {len(self.table.key)}: "
+                "give one stream column (or expression) per table key column, in order"
+            )
+        check_distinct_locations(self.output, dict(self.inputs()))
+        return self
+
+    def inputs(self) -> dict[str, TableRef]:
+        """The input tables by side name, in the order they appear in results."""
+        return {"stream": self.stream, "table": self.table}
+
+    def tuning_fields(self) -> set[str]:
+        """Tuning fields that do not change the output's content (left out of the fingerprint)."""
+        return {"broadcast_limit_bytes", "allow_unbootstrapped_table", "allow_full_replace"}

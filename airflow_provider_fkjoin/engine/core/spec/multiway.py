@@ -1,0 +1,195 @@
+"""The ``multiway_join`` kind (Yelp Joinery's N-way join): its named inputs with their join keys,
+excluded fields and aliases, and its output with ``pkey``. Only this kind uses them, so they live apart.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import ConfigDict, Field, field_validator, model_validator
+
+from .refs import (
+    ChangelogFormat,
+    OutputRef,
+    SourceRef,
+    _KindSpec,
+    _Strict,
+    check_column_name,
+    check_distinct_locations,
+)
+
+_INPUT_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+DEFAULT_MAX_ROWS_PER_JOIN_KEY = 1_000_000
+
+
+class FieldAlias(_Strict):
+    """Joinery's rename of one input field: ``{from: business_id, to: biz_id}``."""
+
+    from_: str = Field(alias="from")
+    to: str
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    @field_validator("from_", "to")
+    @classmethod
+    def _names_ok(cls, value: str) -> str:
+        return check_column_name(value)
+
+
+class MultiWayInput(_Strict):
+    """One input of a ``multiway_join``: a keyed table (``path``, or catalog ``table``) or a changelog
+    source, named for results and progress, with the columns it joins on and how its fields are shown.
+
+    ``join_keys`` match the other inputs' by position. Every field is shown except ``exclude_fields``
+    (named before renaming), renamed by ``aliases``; ``key`` is the primary key (one row per key).
+    """
+
+    name: str
+    path: str | None = None
+    table: str | None = None
+    key: list[str] = Field(min_length=1)
+    changelog: ChangelogFormat | None = None
+    join_keys: list[str] = Field(min_length=1)
+    exclude_fields: list[str] = Field(default_factory=list)
+    aliases: list[FieldAlias] = Field(default_factory=list)
+
+    @field_validator("name")
+    @classmethod
+    def _input_name_ok(cls, value: str) -> str:
+        if not _INPUT_NAME.match(value):
+            raise ValueError("must be an identifier (letters, digits, underscores; at most 64) like 'review'")
+        return value
+
+    @field_validator("key", "join_keys", "exclude_fields", mode="before")
+    @classmethod
+    def _as_list(cls, value: Any) -> Any:
+        return [value] if isinstance(value, str) else value
+
+    @field_validator("key", "join_keys", "exclude_fields")
+    @classmethod
+    def _columns_ok(cls, value: list[str]) -> list[str]:
+        for column in value:
+            check_column_name(column)
+        if len(set(value)) != len(value):
+            raise ValueError("lists a column twice")
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> MultiWayInput:
+        sources = [a.from_ for a in self.aliases]
+        if len(set(sources)) != len(sources):
+            raise ValueError(f"aliases: a field is renamed twice ({sources})")
+        excluded_and_renamed = sorted(set(sources) & set(self.exclude_fields))
+        if excluded_and_renamed:
+            raise ValueError(f"aliases: {excluded_and_renamed} are also in exclude_fields; keep one")
+        self.source_ref()  # the table reference's own checks (one location, changelog columns)
+        return self
+
+    def source_ref(self) -> SourceRef:
+        """The input as the table reference every kind reads."""
+        fields: dict[str, Any] = {"key": list(self.key)}
+        if self.path is not None:
+            fields["path"] = self.path
+        if self.table is not None:
+            fields["name"] = self.table
+        if self.changelog is not None:
+            fields["changelog"] = self.changelog
+        return SourceRef.model_validate(fields)
+
+    def shown_name(self, column: str) -> str:
+        """The output name of one of this input's fields (its alias, or itself)."""
+        for alias in self.aliases:
+            if alias.from_ == column:
+                return alias.to
+        return column
+
+
+class MultiWayOutputRef(OutputRef):
+    """A ``multiway_join``'s output, with ``pkey``: the output columns that identify a row (checked on
+    every refresh unless the spec says ``enforce_pkey: false``)."""
+
+    pkey: list[str] | None = None
+
+    @field_validator("pkey", mode="before")
+    @classmethod
+    def _pkey_list(cls, value: Any) -> Any:
+        return [value] if isinstance(value, str) else value
+
+    @field_validator("pkey")
+    @classmethod
+    def _pkey_ok(cls, value: list[str] | None) -> list[str] | None:
+        if value is None:
+            return value
+        if not value:
+            raise ValueError("give at least one output column, or leave pkey out")
+        for column in value:
+            check_column_name(column)
+        if len(set(value)) != len(value):
+            raise ValueError("lists a column twice")
+        return value
+
+
+class MultiWayJoinSpec(_KindSpec):
+    """Yelp Joinery's N-way un-windowed inner join (``docs/kinds/multiway-join.md``): 2 to 8 keyed
+    inputs joined on their ``join_keys`` (by position), 1:1, 1:N or N:M. Each output row is identified by
+    its inputs' primary keys, kept in hidden ``_fkjoin_id__<input>__<column>`` columns (the merge key).
+
+    Example (a business's reviews, with its owner)::
+
+        {"kind": "multiway_join",
+         "inputs": [
+             {"name": "review", "path": "/w/reviews", "key": ["review_id"], "join_keys": ["biz_id"],
+              "exclude_fields": ["content"]},
+             {"name": "business", "path": "/w/business", "key": ["business_id"],
+              "join_keys": ["business_id"], "aliases": [{"from": "business_id", "to": "biz_id"}]}],
+         "output": {"path": "/w/business_reviews", "pkey": ["review_id"]}}
+    """
+
+    kind: Literal["multiway_join"]
+    inputs_: list[MultiWayInput] = Field(alias="inputs", min_length=2, max_length=8)
+    output: MultiWayOutputRef
+    enforce_pkey: bool = True
+    max_rows_per_join_key: int = Field(default=DEFAULT_MAX_ROWS_PER_JOIN_KEY, ge=1)
+    #: Where the spec came from: ``native``, or ``joinery`` (converted from Joinery's own YAML).
+    format: Literal["native", "joinery"] = "native"
+    #: What converting the spec noticed (a Joinery ``pkey`` resolved through an alias); results repeat them.
+    notes: list[str] = Field(default_factory=list)
+    #: Joinery's descriptive output fields (``namespace``, ``source``, ``doc``), kept for reference.
+    description: dict[str, str] = Field(default_factory=dict)
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> MultiWayJoinSpec:
+        names = [i.name for i in self.inputs_]
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:
+            raise ValueError(f"inputs: names {repeated} are used twice; give each input its own name")
+        arity = len(self.inputs_[0].join_keys)
+        for index, item in enumerate(self.inputs_):
+            if len(item.join_keys) != arity:
+                raise ValueError(
+                    f"inputs[{index}].join_keys: {item.name!r} joins on {len(item.join_keys)} column(s) but "
+                    f"{self.inputs_[0].name!r} on {arity}; join keys match by position, so give each input "
+                    "the same number"
+                )
+        refs = self.inputs()
+        identities: dict[str, str] = {}
+        for name, ref in refs.items():
+            if ref.identity in identities:
+                raise ValueError(
+                    f"inputs: {name!r} and {identities[ref.identity]!r} are the same table ({ref.location}); "
+                    "an N-way join of a table with itself is not supported"
+                )
+            identities[ref.identity] = name
+        check_distinct_locations(self.output, dict(refs))
+        return self
+
+    def inputs(self) -> dict[str, SourceRef]:
+        """The input tables by name, in spec order (the order of the telescoping rule)."""
+        return {item.name: item.source_ref() for item in self.inputs_}
+
+    def tuning_fields(self) -> set[str]:
+        """Fields that do not change the output's rows (left out of the fingerprint)."""
+        return {"enforce_pkey", "max_rows_per_join_key", "format", "notes", "description"}
