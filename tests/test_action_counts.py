@@ -32,10 +32,7 @@ from helpers import (
 )
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
-from test_global_table import PRODUCTS as CATALOG
-from test_global_table import spec_for as global_table_spec
-from test_global_table import state
-from test_multiway import (
+from support.multiway_worlds import (
     BUSINESS,
     BUSINESS_INPUT,
     OWNER,
@@ -45,6 +42,9 @@ from test_multiway import (
     World,
     output_by_identity,
 )
+from test_global_table import PRODUCTS as CATALOG
+from test_global_table import spec_for as global_table_spec
+from test_global_table import state
 from test_self_join import self_spec
 from test_stream_join import ORDERS as LOOKUP_ORDERS
 from test_stream_join import PRODUCTS, join_spec, out_rows

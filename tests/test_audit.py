@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from helpers import create_table, table_version, upsert
 from pyspark.sql import SparkSession
-from test_multiway import yelp_world
+from support.multiway_worlds import yelp_world
 
 from airflow_provider_fkjoin.engine import SpecError, run_spec
 

@@ -1,6 +1,7 @@
 """Exactly once under crashes for ``multiway_join``: ``fkjoin run`` is SIGKILLed at each traced phase of an
-incremental refresh of a three-input join (business / review / owner, as ``test_multiway.yelp_world``)
-whose batch changes all three inputs, rows and their partners together.
+incremental refresh of a three-input join (business / review / owner, as
+``support.multiway_worlds.yelp_world``) whose batch changes all three inputs, rows and their partners
+together.
 
 As in ``test_fk_crash`` (with the subprocess runner of ``support.crash``), the data is prepared in-process
 once per module and put back at the same paths before each phase, the refresh runs as a subprocess with
@@ -25,8 +26,7 @@ from helpers import assert_clean_changes, table_version
 from multiway_model import Row
 from pyspark.sql import SparkSession
 from support.crash import Run, SavedFolder, run_fkjoin
-from test_multiway import World, identity_columns, output_by_identity, yelp_world
-from test_multiway_property import model_at
+from support.multiway_worlds import World, identity_columns, model_at, output_by_identity, yelp_world
 
 #: The phases a multiway refresh traces, in order (``committing`` on the net-change write path only).
 PHASES = ["pinned", "changes_read", "merge_started", "committing", "committed"]

@@ -12,8 +12,8 @@ input: both inserted, both updated, or one deleted while the other changes) are 
 after the first (full) one. Each refresh's input changes are batched: per input at most one DELETE and one
 MERGE, so a key can be deleted and re-inserted within one refresh.
 
-Every refresh is checked by ``test_multiway.World.refresh`` (output = model, clean change feed, result
-counts = change feed) and here: the mode, one output commit per refresh, the pinned versions are the
+Every refresh is checked by ``support.multiway_worlds.World.refresh`` (output = model, clean change feed,
+result counts = change feed) and here: the mode, one output commit per refresh, the pinned versions are the
 inputs' latest and hold what the model joined, and the result's counts equal the model's own diff between
 the previous refresh and this one.
 """
@@ -24,12 +24,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import read_table, small_refresh_bound, table_version
+from helpers import small_refresh_bound, table_version
 from hypothesis import example, given
 from hypothesis import strategies as st
 from multiway_model import Row
 from pyspark.sql import SparkSession
-from test_multiway import World
+from support.multiway_worlds import World, model_at
 
 NAMES = "abcd"
 KEYS = [0, 1, 2, 3]  # primary keys of every input
@@ -68,15 +68,6 @@ def spec_inputs(plan: dict[str, Any]) -> list[dict[str, Any]]:
             item["exclude_fields"] = [f"{name}_s"]
         inputs.append(item)
     return inputs
-
-
-def model_at(spark: SparkSession, world: World, versions: dict[str, int]) -> dict[tuple, Row]:
-    """The model's join of the inputs as Delta holds them at ``versions`` (read back, not the mirror)."""
-    tables: dict[str, list[Row]] = {}
-    columns: dict[str, list[str]] = {}
-    for name, version in versions.items():
-        tables[name], columns[name] = read_table(spark, world.path(name), version)
-    return world.model().join(tables, columns)
 
 
 def net_counts(before: dict[tuple, Row], after: dict[tuple, Row]) -> dict[str, int]:
