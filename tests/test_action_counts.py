@@ -42,15 +42,14 @@ from support.multiway_worlds import (
     World,
     output_by_identity,
 )
+from support.windowed_streams import Side, appended, ev, self_spec, with_keys
+from support.windowed_streams import expected as model_rows
+from support.windowed_streams import spec_for as windowed_stream_spec
 from test_global_table import PRODUCTS as CATALOG
 from test_global_table import spec_for as global_table_spec
 from test_global_table import state
-from test_self_join import self_spec
 from test_stream_join import ORDERS as LOOKUP_ORDERS
 from test_stream_join import PRODUCTS, join_spec, out_rows
-from test_windowed_stream import Side, appended, ev, with_keys
-from test_windowed_stream import expected as model_rows
-from test_windowed_stream import spec_for as windowed_stream_spec
 from test_windowed_table import ERRORS, MINUTE, WEEK, errors_row, output_of, scratch
 from windowed_model import Event, StreamJoinModel
 

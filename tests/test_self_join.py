@@ -12,26 +12,14 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
-from typing import Any
 
 import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
-from test_windowed_stream import COLUMNS, Side, appended, ev, expected, spec_for, with_keys
+from support.windowed_streams import COLUMNS, Side, appended, ev, expected, self_spec, spec_for, with_keys
 from windowed_model import Event, StreamJoinModel
 
 from airflow_provider_fkjoin.engine import SpecError, as_self_join, run_spec
-
-
-def self_spec(events: Path, out: Path, window: dict[str, Any], **extra: Any) -> dict[str, Any]:
-    return {
-        "kind": "self_join",
-        "input": {"path": str(events), "key": ["k"], "time": "t", "order_by": ["seq"]},
-        "window": window,
-        "columns": COLUMNS,
-        "output": {"path": str(out)},
-        **extra,
-    }
 
 
 def replay(

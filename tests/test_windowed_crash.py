@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from helpers import table_version
 from support.crash import SavedFolder, run_fkjoin
-from test_windowed_stream import Side, appended, ev, expected, spec_for, with_keys
+from support.windowed_streams import Side, appended, ev, expected, spec_for, with_keys
 from windowed_model import StreamJoinModel
 
 from airflow_provider_fkjoin.engine import run_spec
