@@ -32,6 +32,9 @@ from helpers import (
 )
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
+from support.global_tables import PRODUCTS as CATALOG
+from support.global_tables import spec_for as global_table_spec
+from support.global_tables import state
 from support.multiway_worlds import (
     BUSINESS,
     BUSINESS_INPUT,
@@ -42,15 +45,12 @@ from support.multiway_worlds import (
     World,
     output_by_identity,
 )
+from support.stream_table_joins import ORDERS as LOOKUP_ORDERS
+from support.stream_table_joins import PRODUCTS, join_spec, out_rows
 from support.windowed_streams import Side, appended, ev, self_spec, with_keys
 from support.windowed_streams import expected as model_rows
 from support.windowed_streams import spec_for as windowed_stream_spec
-from test_global_table import PRODUCTS as CATALOG
-from test_global_table import spec_for as global_table_spec
-from test_global_table import state
-from test_stream_join import ORDERS as LOOKUP_ORDERS
-from test_stream_join import PRODUCTS, join_spec, out_rows
-from test_windowed_table import ERRORS, MINUTE, WEEK, errors_row, output_of, scratch
+from support.windowed_tables import ERRORS, MINUTE, WEEK, errors_row, output_of, scratch
 from windowed_model import Event, StreamJoinModel
 
 from airflow_provider_fkjoin.engine import SpecError, run_spec

@@ -10,25 +10,10 @@ from pathlib import Path
 import pytest
 from delta.tables import DeltaTable
 from helpers import create_table, delete_keys, read_rows, upsert
+from support.global_tables import PRODUCTS, spec_for, state
 
 from airflow_provider_fkjoin.engine import SpecError, refresh_status, run_spec
 from airflow_provider_fkjoin.engine.core.trace import phase_listener
-
-PRODUCTS = "product_id long, name string, price double"
-
-
-def state(rows: list[dict], key: str = "product_id") -> dict:
-    """Rows by key, without the engine's internal columns."""
-    return {r[key]: tuple(v for c, v in r.items() if c != key and not c.startswith("_fkjoin_")) for r in rows}
-
-
-def spec_for(source: Path, output: Path, **extra) -> dict:
-    return {
-        "kind": "global_table_bootstrap",
-        "source": {"path": str(source), "key": ["product_id"]},
-        "output": {"path": str(output)},
-        **extra,
-    }
 
 
 def test_bootstrap_checkpoint_restore_and_noop(spark, warehouse: Path) -> None:

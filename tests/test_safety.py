@@ -29,9 +29,9 @@ from helpers import (
     rows_at,
     write,
 )
+from support.stream_table_joins import ORDERS as STREAM_ORDERS
+from support.stream_table_joins import PRODUCTS, join_spec
 from support.tables import SavedStates, SharedTables, copy_tables, put_back
-from test_stream_join import ORDERS as STREAM_ORDERS
-from test_stream_join import PRODUCTS, join_spec
 
 from airflow_provider_fkjoin.engine import (
     ConcurrentRefreshError,

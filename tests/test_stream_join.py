@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from helpers import append_rows, create_table, delete_keys, read_rows, upsert
+from support.stream_table_joins import ORDERS, PRODUCTS, join_spec, out_rows
 
 from airflow_provider_fkjoin.engine import (
     InputDataError,
@@ -22,24 +23,6 @@ from airflow_provider_fkjoin.engine import (
 from airflow_provider_fkjoin.engine.core.spec import load_spec
 from airflow_provider_fkjoin.engine.delta.tables import DeltaHandle
 from airflow_provider_fkjoin.engine.kinds.stream_join import LookupTable, lookup_join, resolve_shape
-
-ORDERS = "order_id long, product_id long, qty int"
-PRODUCTS = "product_id long, name string"
-
-
-def out_rows(spark, path: Path) -> list[tuple]:
-    return sorted((tuple(r.values()) for r in read_rows(spark, path)), key=repr)
-
-
-def join_spec(stream: Path, table: Path, out: Path, **extra) -> dict:
-    return {
-        "kind": "stream_table_join",
-        "stream": {"path": str(stream), "key": ["order_id"]},
-        "table": {"path": str(table), "key": ["product_id"]},
-        "key_mapper": ["product_id"],
-        "output": {"path": str(out)},
-        **extra,
-    }
 
 
 def test_lookup_semantics_inner_and_left(spark, warehouse: Path) -> None:

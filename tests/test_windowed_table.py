@@ -7,57 +7,22 @@ output's change feed holds exactly one net change per changed key."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 from helpers import assert_clean_changes, create_table, delete_keys, read_rows, table_version, upsert
 from hypothesis import given
 from hypothesis import strategies as st
+from support.windowed_tables import ERRORS, MINUTE, WEEK, errors_row, output_of, scratch
 
 from airflow_provider_fkjoin.engine import SpecError, run_spec
 
-WEEK = 7 * 86_400_000
-MINUTE = 60_000
-ERRORS = "service string, ws long, we long, errors int"
 OWNERS = "service string, team string"
-
-
-def scratch(
-    left: list[dict], right: list[dict], left_key: list[str], right_map, how: str, values
-) -> dict[tuple, tuple]:
-    """The join from scratch: ``right_map(row)`` is a right row's key in the left's key space."""
-    lefts = {tuple(r[k] for k in left_key): r for r in left if all(r[k] is not None for k in left_key)}
-    rights: dict[tuple, dict] = {}
-    for row in right:
-        mapped = right_map(row)
-        if all(part is not None for part in mapped):
-            rights[mapped] = row
-    out = {}
-    for key, row in lefts.items():
-        match = rights.get(key)
-        if match is None and how == "inner":
-            continue
-        out[key] = values(row, match)
-    if how == "outer":
-        for key, row in rights.items():
-            if key not in lefts:
-                out[key] = values(None, row)
-    return out
-
-
-def output_of(spark, path: Path, key: list[str], columns: list[str]) -> dict[tuple, tuple]:
-    return {tuple(r[k] for k in key): tuple(r[c] for c in columns) for r in read_rows(spark, path)}
 
 
 def check(spark, result: dict, out: Path, expected: dict, key: list[str], columns: list[str], before) -> None:
     assert output_of(spark, out, key, columns) == expected, result
     if before is not None and result["mode"] != "noop":
         assert_clean_changes(spark, str(out), key, before, result["output"]["version"])
-
-
-def errors_row(service: str, minute: int, errors: int, week: int = 0) -> dict[str, Any]:
-    start = week * WEEK + minute * MINUTE
-    return {"service": service, "ws": start, "we": start + MINUTE, "errors": errors}
 
 
 def test_shifted_self_join_errors_vs_a_week_earlier(spark, warehouse: Path) -> None:
