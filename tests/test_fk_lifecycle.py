@@ -15,8 +15,9 @@ from typing import Any
 import pytest
 from delta.tables import DeltaTable
 from driver_jvm import driver_jvm_env
-from helpers import CUSTOMERS, ORDERS, oracle, orders_customers, output_state, rows_at, write
-from support.tables import SavedStates, assert_versions_unchanged, delta_versions, orders_customers_spec
+from helpers import CUSTOMERS, ORDERS, oracle, output_state, rows_at, write
+from support.tables import OrdersCustomers as Tables
+from support.tables import SavedStates, assert_versions_unchanged, delta_versions, orders_customers_states
 
 from airflow_provider_fkjoin.engine import (
     ConcurrentRefreshError,
@@ -32,27 +33,17 @@ def version_of(spark, path: Path) -> int:
     return DeltaTable.forPath(spark, str(path)).history(1).first()["version"]
 
 
-Tables = tuple[dict[str, Any], Path, Path, Path]
-
-
 @pytest.fixture(scope="module")
 def states(spark, tmp_path_factory: pytest.TempPathFactory) -> tuple[SavedStates, Tables]:
     """The module's orders, customers and output (fixed paths), in two saved states built once on first
     use: ``inputs`` (the two inputs, no output) and ``refreshed`` (then a first full refresh)."""
     root = tmp_path_factory.mktemp("fk_lifecycle")
     orders = [(1, 10, 1.0), (2, 10, 2.0), (3, 20, 3.0), (4, None, 4.0)]
-    spec, orders_path, customers_path, out = orders_customers_spec(root)
 
-    def inputs() -> None:
-        assert orders_customers(spark, root, orders, [(10, "a"), (20, "b")])[0] == spec
+    def left_join_is_right(first: dict[str, Any], tables: Tables) -> None:
+        assert output_state(spark, tables[3]) == oracle(spark, first, "left")
 
-    def first_refresh() -> None:
-        first = run_spec(spec, spark=spark)
-        assert first["mode"] == "full" and output_state(spark, out) == oracle(spark, first, "left")
-
-    builders = {"inputs": (None, inputs), "refreshed": ("inputs", first_refresh)}
-    saved = SavedStates(spark, root, [orders_path, customers_path, out], builders)
-    return saved, (spec, orders_path, customers_path, out)
+    return orders_customers_states(spark, root, orders, [(10, "a"), (20, "b")], left_join_is_right)
 
 
 @pytest.fixture

@@ -11,17 +11,15 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 from delta.tables import DeltaTable
-from helpers import CUSTOMERS, ORDERS, orders_customers, write
-from support.tables import SavedStates, orders_customers_spec
+from helpers import CUSTOMERS, ORDERS, write
+from support.tables import OrdersCustomers as Tables
+from support.tables import SavedStates, orders_customers_states
 
 from airflow_provider_fkjoin.engine import high_watermark, run_spec
 from airflow_provider_fkjoin.engine.deltalog.watermarks import noop_result
-
-Tables = tuple[dict[str, Any], Path, Path, Path]
 
 
 @pytest.fixture(scope="module")
@@ -29,16 +27,7 @@ def states(spark, tmp_path_factory: pytest.TempPathFactory) -> tuple[SavedStates
     """The module's orders, customers and output (fixed paths), in two saved states built once on first
     use: ``inputs`` (the two inputs, no output) and ``refreshed`` (then a first full refresh)."""
     root = tmp_path_factory.mktemp("noop_check")
-    spec, orders, customers, out = orders_customers_spec(root)
-
-    def inputs() -> None:
-        assert orders_customers(spark, root, [(1, 10, 1.0), (2, 20, 2.0)], [(10, "a"), (20, "b")])[0] == spec
-
-    def first_refresh() -> None:
-        assert run_spec(spec, spark=spark)["mode"] == "full"
-
-    builders = {"inputs": (None, inputs), "refreshed": ("inputs", first_refresh)}
-    return SavedStates(spark, root, [orders, customers, out], builders), (spec, orders, customers, out)
+    return orders_customers_states(spark, root, [(1, 10, 1.0), (2, 20, 2.0)], [(10, "a"), (20, "b")])
 
 
 @pytest.fixture

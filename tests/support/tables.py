@@ -19,7 +19,10 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from helpers import orders_customers
 from pyspark.sql import SparkSession
+
+from airflow_provider_fkjoin.engine import run_spec
 
 
 def delta_version(path: Path | str) -> int | None:
@@ -141,6 +144,38 @@ def orders_customers_spec(root: Path, how: str = "left") -> tuple[dict[str, Any]
         "output": {"path": str(paths[2])},
     }
     return (spec, *paths)
+
+
+#: ``(spec, orders_path, customers_path, out_path)``: a foreign-key join of orders and customers.
+OrdersCustomers = tuple[dict[str, Any], Path, Path, Path]
+
+
+def orders_customers_states(
+    spark: SparkSession,
+    root: Path,
+    orders: list[tuple],
+    customers: list[tuple],
+    check_first: Callable[[dict[str, Any], OrdersCustomers], None] | None = None,
+) -> tuple[SavedStates, OrdersCustomers]:
+    """A module's orders, customers and their foreign-key join output (``how: left``), at the fixed paths of
+    :func:`orders_customers_spec` under ``root``, in two saved states built once on first use: ``inputs``
+    (``helpers.orders_customers`` wrote the two inputs, no output) and ``refreshed`` (then a first full
+    refresh, its result also given to ``check_first``). Returns the states and ``(spec, orders, customers,
+    out)``."""
+    tables = orders_customers_spec(root)
+    spec, orders_path, customers_path, out = tables
+
+    def inputs() -> None:
+        assert orders_customers(spark, root, orders, customers)[0] == spec
+
+    def first_refresh() -> None:
+        first = run_spec(spec, spark=spark)
+        assert first["mode"] == "full", first
+        if check_first is not None:
+            check_first(first, tables)
+
+    builders = {"inputs": (None, inputs), "refreshed": ("inputs", first_refresh)}
+    return SavedStates(spark, root, [orders_path, customers_path, out], builders), tables
 
 
 def put_back(spark: SparkSession, saved: Path, path: Path) -> None:
