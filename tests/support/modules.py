@@ -45,13 +45,15 @@ def imported_names(tree: ast.AST) -> Iterator[tuple[int, str]]:
 
 
 def imports_of_test_modules(root: Path = TESTS) -> list[str]:
-    """``path:line: name`` for every import of a test module by a module under ``root``."""
+    """``path:line: name`` for every import of a test module by a module under ``root`` (one per line)."""
     found = []
     for path in sorted(root.rglob("*.py")):
         if any(part.startswith(".") for part in path.relative_to(root).parts):
             continue
         tree = ast.parse(path.read_text(), str(path))
+        lines: dict[int, str] = {}
         for line, name in imported_names(tree):
             if is_test_module(name):
-                found.append(f"{path.relative_to(root)}:{line}: {name}")
+                lines.setdefault(line, name)
+        found += [f"{path.relative_to(root)}:{line}: {name}" for line, name in sorted(lines.items())]
     return found
