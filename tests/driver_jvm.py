@@ -11,9 +11,14 @@ standard HotSpot options cut a cold refresh by about a third here:
   and here C2's threads compete with the test workers for the 2 cores.
 
 Both reach the driver through ``SPARK_SUBMIT_OPTS``, which ``spark-submit`` (and so pyspark) adds to the
-driver's java command. The test session's own long-lived JVM keeps the defaults: there C2 pays off. JVM
-messages go to stderr (``-Xlog``), so the CLI's last stdout line is still its result. If the archive cannot be
-built, the options are left out and the tests run as before, only slower.
+driver's java command. JVM messages go to stderr (``-Xlog``), so the CLI's last stdout line is still its
+result. If the archive cannot be built, the options are left out and the tests run as before, only slower.
+
+The long-lived JVMs of a test run (each worker's session, the tests' Spark Connect server) take the client
+compiler only too (:data:`CLIENT_COMPILER_ONLY`): their plans are many and each runs a few times on tiny
+tables, so C2 rarely recoups its compiles, and its threads take the core the other worker needs. Two
+workers each running ``tests/test_self_join.py`` beside the other took 151 s with the default JIT and
+125 s with the client compiler only.
 
 >>> sorted(driver_jvm_env())  # doctest: +SKIP
 ['SPARK_SUBMIT_OPTS']
@@ -34,6 +39,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 ARCHIVES = REPO / ".jars" / "cds"
 JVM_MESSAGES_TO_STDERR = "-Xlog:disable -Xlog:all=warning:stderr"
+#: HotSpot's client compiler (C1) only: the JIT setting of every JVM a test run starts.
+CLIENT_COMPILER_ONLY = "-XX:TieredStopAtLevel=1"
 
 #: One process: tiny inputs written without a JVM, a full refresh, a change on each side, an incremental
 #: refresh. The classes these load are the ones every cold refresh needs first.
@@ -119,6 +126,6 @@ def driver_jvm_env() -> dict[str, str]:
                     build_archive(archive, Path(workdir))
             except (RuntimeError, subprocess.SubprocessError, OSError) as error:
                 warnings.warn(f"driver JVMs start without a class archive: {error}", stacklevel=2)
-                return {"SPARK_SUBMIT_OPTS": f"-XX:TieredStopAtLevel=1 {JVM_MESSAGES_TO_STDERR}"}
-    options = f"-XX:SharedArchiveFile={archive} -XX:TieredStopAtLevel=1 {JVM_MESSAGES_TO_STDERR}"
+                return {"SPARK_SUBMIT_OPTS": f"{CLIENT_COMPILER_ONLY} {JVM_MESSAGES_TO_STDERR}"}
+    options = f"-XX:SharedArchiveFile={archive} {CLIENT_COMPILER_ONLY} {JVM_MESSAGES_TO_STDERR}"
     return {"SPARK_SUBMIT_OPTS": options}

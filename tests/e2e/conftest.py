@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from driver_jvm import CLIENT_COMPILER_ONLY
 from e2e_support import Service, free_port, http_json, wait_for
 
 # Airflow reads AIRFLOW_HOME when first imported (the hook imports it): never touch ~/airflow.
@@ -128,7 +129,8 @@ def _accepts(port: int) -> bool:
 
 @pytest.fixture(scope="module")
 def spark_connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkConnectServer]:
-    """``fkjoin connect-server`` on 127.0.0.1 (local[2], 2 GiB, 2 shuffle partitions), ready when its
+    """``fkjoin connect-server`` on 127.0.0.1 (local[2], 2 GiB, 2 shuffle partitions, the client compiler
+    only as every JVM of a test run: ``driver_jvm.CLIENT_COMPILER_ONLY``), ready when its
     gRPC port accepts connections; stopped by PID at the end."""
     import sys
 
@@ -141,7 +143,12 @@ def spark_connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S
         "--conf", f"spark.sql.warehouse.dir={root / 'warehouse'}",
         "connect-server", "--host", "127.0.0.1", "--port", str(port),
     ]  # fmt: skip
-    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
+    env = {
+        **os.environ,
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "PYSPARK_PYTHON": sys.executable,
+        "SPARK_SUBMIT_OPTS": CLIENT_COMPILER_ONLY,
+    }
     server = Service("spark-connect", argv, root / "server.log", env=env, cwd=root)
     try:
         server.start()
