@@ -225,161 +225,6 @@ def expected_output(
     return joined, shape.left_key, shape.value_columns
 
 
-class ForeignKeyJoinRefresh(KindRefresh):
-    """One refresh of a foreign-key join's output; see the module docstring for the algorithm.
-
-    ``identity`` is the spec the output's progress is recorded under when another kind runs as a
-    foreign-key join (a table-mode windowed join enriching a windowed table): its kind and fingerprint.
-
-    >>> refresh_once(ForeignKeyJoinRefresh(load_spec("orders_enriched.yaml"), spark), options)["mode"]
-    'incremental'
-    """
-
-    spec: ForeignKeyJoinSpec
-
-    def prepare(self, states: dict[str, TableState]) -> dict[str, InputState]:
-        spec, handles = self.spec, self.handles
-        self.to_versions = {side: state.version for side, state in states.items()}
-        self.sides = {side: read_input(getattr(spec, side), handles[side], states[side]) for side in SIDES}
-        self.shape = resolve_shape(
-            spec, handles["left"], handles["right"], self.sides["left"].rows, self.sides["right"].rows
-        )
-        self.warnings += cdf_off_warnings({side: (handles[side], states[side]) for side in SIDES})
-        self.warnings += [
-            f"input {side} ({self.sides[side].handle.location}) is a changelog source: each refresh reduces "
-            "its whole log to the latest event per key; bootstrap it into a global table "
-            "(global_table_bootstrap) and join that, so a refresh reads only what changed"
-            for side in SIDES
-            if self.sides[side].changelog is not None
-        ]
-        return {
-            side: pinned_input(
-                handles[side], states[side], self.sides[side].raw.schema, self.to_versions[side]
-            )
-            for side in SIDES
-        }
-
-    def noop_rows(self) -> dict[str, Any]:
-        return _rows()
-
-    def incremental(self, refresh: RefreshContext, plan: RefreshPlan) -> Written:
-        return Written(
-            *_incremental(self.spec, self.shape, self.sides, self.output, plan, self.to_versions, refresh)
-        )
-
-    def full(self, refresh: RefreshContext, plan: RefreshPlan) -> Written:
-        request = refresh.request("full", plan.reason)
-        return Written(*_full(self.spec, self.shape, self.sides, self.output, request))
-
-
-def _rows(
-    inserted: int = 0,
-    updated: int = 0,
-    deleted: int = 0,
-    *,
-    null_left: int = 0,
-    null_right: int = 0,
-    changes_left: int = 0,
-    changes_right: int = 0,
-    recomputed: int = 0,
-) -> dict[str, Any]:
-    return {
-        "inserted": inserted,
-        "updated": updated,
-        "deleted": deleted,
-        "left_rows_rejoined": recomputed,
-        "changes_read": {"left": changes_left, "right": changes_right},
-        "null_keys_dropped": {"left": null_left, "right": null_right},
-    }
-
-
-def _full(
-    spec: ForeignKeyJoinSpec,
-    shape: FkJoinShape,
-    sides: dict[str, JoinInput],
-    output: DeltaHandle,
-    request: CommitRequest,
-) -> tuple[Commit, dict[str, Any]]:
-    left_df, right_df = sides["left"].rows, sides["right"].rows
-    null_left, null_right = null_keys_of([(sides["left"], shape.left_key), (sides["right"], shape.right_key)])
-    phase("changes_read")
-    joined = _join(_with_fk(left_df, shape), right_df.where(~key_is_null(shape.right_key)), shape, spec.how)
-    phase("merge_started")
-    commit = write_full_output(output, joined, shape.left_key, shape.value_columns, request)
-    rows = _rows(commit.inserted, commit.updated, commit.deleted, null_left=null_left, null_right=null_right)
-    return commit, rows
-
-
-def _incremental(
-    spec: ForeignKeyJoinSpec,
-    shape: FkJoinShape,
-    sides: dict[str, JoinInput],
-    output: DeltaHandle,
-    plan: RefreshPlan,
-    to_versions: dict[str, int],
-    refresh: RefreshContext,
-) -> tuple[Commit, dict[str, Any]]:
-    """The incremental path: its commit and rows. Raises :class:`..core.planning.RebuildRequired` when a
-    feed cannot serve."""
-    request = refresh.request("incremental", plan.reason)
-    left, right = sides["left"].handle, sides["right"].handle
-    left_df, right_df = sides["left"].rows, sides["right"].rows
-    left_from, right_from = plan.from_versions["left"], plan.from_versions["right"]
-    assert left_from is not None and right_from is not None
-    direct = refresh.direct_write_possible(*[side.changelog is None for side in sides.values()])
-    empty: list[ChangedKeys] = []
-    try:
-        left_changes, right_changes = read_changes_of(
-            [(sides["left"], shape.left_key, left_from), (sides["right"], shape.right_key, right_from)],
-            empty,
-            images=direct,
-        )
-    except BaseException:
-        # a vacuumed feed rebuilds, any other failure (a bad changelog op) propagates: either way, what
-        # was already cached is released
-        for changes in empty:
-            changes.release()
-        raise
-    cached: list[DataFrame] = []
-    net: NetChanges | None = None
-    try:
-        phase("changes_read")
-        affected = _affected(
-            spec, shape, left, right, to_versions, left_df, right_df, left_changes, right_changes, cached
-        )
-        if direct:
-            old = _previous_output(spec, shape, affected, left_changes, right_changes)
-            net = net_changes(old, affected.joined, shape.left_key, shape.value_columns)
-            recomputed = affected.verify()
-        phase("merge_started")
-
-        def merge_source() -> DataFrame:
-            nonlocal recomputed
-            source = _merge_source(affected, cached)
-            recomputed = affected.verify()
-            return source
-
-        commit = refresh.write(net, shape.left_key, shape.value_columns, request, merge_source)
-    finally:
-        if net is not None:
-            net.release()
-        for frame in cached:
-            frame.unpersist()
-        left_changes.release()
-        right_changes.release()
-    rows = _rows(
-        commit.inserted,
-        commit.updated,
-        commit.deleted,
-        null_left=left_changes.null_keys,
-        null_right=right_changes.null_keys,
-        changes_left=left_changes.change_rows,
-        changes_right=right_changes.change_rows,
-        recomputed=recomputed,
-    )
-    return commit, rows
-
-
 def read_changes_of(
     reads: list[tuple[JoinInput, list[str], int]], opened: list[ChangedKeys], *, images: bool
 ) -> list[ChangedKeys]:
@@ -442,94 +287,259 @@ class Affected:
         return counts[0] if counts else 0
 
 
-def _affected(
-    spec: ForeignKeyJoinSpec,
-    shape: FkJoinShape,
-    left: DeltaHandle,
-    right: DeltaHandle,
-    to_versions: dict[str, int],
-    left_df: DataFrame,
-    right_df: DataFrame,
-    left_changes: ChangedKeys,
-    right_changes: ChangedKeys,
-    cached: list[DataFrame],
-) -> Affected:
-    """The affected left keys (changed, or pointing at a changed right key) and their new output rows.
+def _rows(
+    inserted: int = 0,
+    updated: int = 0,
+    deleted: int = 0,
+    *,
+    null_left: int = 0,
+    null_right: int = 0,
+    changes_left: int = 0,
+    changes_right: int = 0,
+    recomputed: int = 0,
+) -> dict[str, Any]:
+    return {
+        "inserted": inserted,
+        "updated": updated,
+        "deleted": deleted,
+        "left_rows_rejoined": recomputed,
+        "changes_read": {"left": changes_left, "right": changes_right},
+        "null_keys_dropped": {"left": null_left, "right": null_right},
+    }
 
-    Nothing runs here: the frames are cached when the action that computes the net changes (or the
-    MERGE source) first reads them, and their duplicate-key checks are observed on the way.
+
+class ForeignKeyJoinRefresh(KindRefresh):
+    """One refresh of a foreign-key join's output; see the module docstring for the algorithm.
+
+    ``identity`` is the spec the output's progress is recorded under when another kind runs as a
+    foreign-key join (a table-mode windowed join enriching a windowed table): its kind and fingerprint.
+
+    >>> refresh_once(ForeignKeyJoinRefresh(load_spec("orders_enriched.yaml"), spark), options)["mode"]
+    'incremental'
     """
-    left_key_cols = list(shape.left_key)
-    if left_changes.count == 0 and right_changes.count == 0:
-        none = _with_fk(left_df.limit(0), shape)
-        right_none = right_df.limit(0)
-        joined = _join(none, right_none, shape, spec.how)
-        return Affected(none, right_none, joined, none.select(*left_key_cols), (), none)
 
-    flags = []
-    if left_changes.count:
-        flags.append(
-            (
-                maybe_broadcast(left_changes.keys.withColumn(LEFT_CHANGED, F.lit(True)), left_changes.count),
-                left_key_cols,
-                LEFT_CHANGED,
+    spec: ForeignKeyJoinSpec
+    #: What ``prepare`` resolved, read by every step: each side's pinned version, each side as the
+    #: join reads it, and the join's columns.
+    to_versions: dict[str, int]
+    sides: dict[str, JoinInput]
+    shape: FkJoinShape
+
+    def prepare(self, states: dict[str, TableState]) -> dict[str, InputState]:
+        spec, handles = self.spec, self.handles
+        self.to_versions = {side: state.version for side, state in states.items()}
+        self.sides = {side: read_input(getattr(spec, side), handles[side], states[side]) for side in SIDES}
+        self.shape = resolve_shape(
+            spec, handles["left"], handles["right"], self.sides["left"].rows, self.sides["right"].rows
+        )
+        self.warnings += cdf_off_warnings({side: (handles[side], states[side]) for side in SIDES})
+        self.warnings += [
+            f"input {side} ({self.sides[side].handle.location}) is a changelog source: each refresh reduces "
+            "its whole log to the latest event per key; bootstrap it into a global table "
+            "(global_table_bootstrap) and join that, so a refresh reads only what changed"
+            for side in SIDES
+            if self.sides[side].changelog is not None
+        ]
+        return {
+            side: pinned_input(
+                handles[side], states[side], self.sides[side].raw.schema, self.to_versions[side]
             )
-        )
-    if right_changes.count:
-        renamed = right_changes.keys.select(
-            *[F.col(quote(rk)).alias(fk) for rk, fk in zip(shape.right_key, shape.fk_columns, strict=True)]
-        ).withColumn(RIGHT_CHANGED, F.lit(True))
-        flags.append((maybe_broadcast(renamed, right_changes.count), shape.fk_columns, RIGHT_CHANGED))
-    scan = _with_fk(left_df, shape)
-    hit = F.lit(False)
-    for frame, on, flag in flags:
-        scan = scan.join(frame, on=on, how="left")
-        hit = hit | F.coalesce(F.col(flag), F.lit(False))
-    left_check = one_row_per_key(
-        scan.where(hit).drop(*[flag for _, _, flag in flags]), shape.left_key, left, to_versions["left"]
-    )
-    affected = left_check.rows
-    cached.append(left_check.counted)
+            for side in SIDES
+        }
 
-    previous_left = None
-    if left_changes.before is not None:
-        previous_left = affected.join(left_changes.keys, on=shape.left_key, how="left_anti").unionByName(
-            _with_fk(left_changes.before, shape)
+    def noop_rows(self) -> dict[str, Any]:
+        return _rows()
+
+    def incremental(self, refresh: RefreshContext, plan: RefreshPlan) -> Written:
+        return Written(*self._incremental(plan, refresh))
+
+    def full(self, refresh: RefreshContext, plan: RefreshPlan) -> Written:
+        request = refresh.request("full", plan.reason)
+        return Written(*self._full(request))
+
+    def _full(self, request: CommitRequest) -> tuple[Commit, dict[str, Any]]:
+        """The full rebuild: the join of both sides at their pinned versions, written over the output."""
+        spec, shape, sides, output = self.spec, self.shape, self.sides, self.output
+        left_df, right_df = sides["left"].rows, sides["right"].rows
+        null_left, null_right = null_keys_of(
+            [(sides["left"], shape.left_key), (sides["right"], shape.right_key)]
         )
-    # Right rows referenced by an affected left row (now or, for a net-change commit, before), and every
-    # changed right key (for the duplicate check). At most two per changed left key (its new and its
-    # previous foreign key) and one per changed right key.
-    needed = affected.select(
-        *[F.col(fk).alias(rk) for fk, rk in zip(shape.fk_columns, shape.right_key, strict=True)]
-    )
-    if previous_left is not None:
-        needed = needed.unionByName(
-            previous_left.select(
-                *[F.col(fk).alias(rk) for fk, rk in zip(shape.fk_columns, shape.right_key, strict=True)]
+        phase("changes_read")
+        joined = _join(
+            _with_fk(left_df, shape), right_df.where(~key_is_null(shape.right_key)), shape, spec.how
+        )
+        phase("merge_started")
+        commit = write_full_output(output, joined, shape.left_key, shape.value_columns, request)
+        rows = _rows(
+            commit.inserted, commit.updated, commit.deleted, null_left=null_left, null_right=null_right
+        )
+        return commit, rows
+
+    def _incremental(self, plan: RefreshPlan, refresh: RefreshContext) -> tuple[Commit, dict[str, Any]]:
+        """The incremental path: its commit and rows. Raises :class:`..core.planning.RebuildRequired` when a
+        feed cannot serve."""
+        shape, sides = self.shape, self.sides
+        request = refresh.request("incremental", plan.reason)
+        left_from, right_from = plan.from_versions["left"], plan.from_versions["right"]
+        assert left_from is not None and right_from is not None
+        direct = refresh.direct_write_possible(*[side.changelog is None for side in sides.values()])
+        empty: list[ChangedKeys] = []
+        try:
+            left_changes, right_changes = read_changes_of(
+                [(sides["left"], shape.left_key, left_from), (sides["right"], shape.right_key, right_from)],
+                empty,
+                images=direct,
             )
-        )
-    needed = needed.where(~key_is_null(shape.right_key))
-    if right_changes.count:
-        needed = needed.unionByName(right_changes.keys.select(*[quote(c) for c in shape.right_key]))
-    needed = needed.distinct()
-    right_check = one_row_per_key(
-        right_df.where(~key_is_null(shape.right_key)).join(
-            maybe_broadcast(needed, 2 * left_changes.count + right_changes.count),
-            on=list(shape.right_key),
-            how="left_semi",
-        ),
-        shape.right_key,
-        right,
-        to_versions["right"],
-    )
-    right_rows = right_check.rows
-    cached.append(right_check.counted)
+        except BaseException:
+            # a vacuumed feed rebuilds, any other failure (a bad changelog op) propagates: either way, what
+            # was already cached is released
+            for changes in empty:
+                changes.release()
+            raise
+        cached: list[DataFrame] = []
+        net: NetChanges | None = None
+        try:
+            phase("changes_read")
+            affected = self._affected(left_changes, right_changes, cached)
+            if direct:
+                old = self._previous_output(affected, left_changes, right_changes)
+                net = net_changes(old, affected.joined, shape.left_key, shape.value_columns)
+                recomputed = affected.verify()
+            phase("merge_started")
 
-    joined = _join(affected, right_rows, shape, spec.how)
-    keys = affected.select(*left_key_cols)
-    if left_changes.count:
-        keys = keys.unionByName(left_changes.keys.select(*left_key_cols)).distinct()
-    return Affected(affected, right_rows, joined, keys, (left_check, right_check), previous_left)
+            def merge_source() -> DataFrame:
+                nonlocal recomputed
+                source = _merge_source(affected, cached)
+                recomputed = affected.verify()
+                return source
+
+            commit = refresh.write(net, shape.left_key, shape.value_columns, request, merge_source)
+        finally:
+            if net is not None:
+                net.release()
+            for frame in cached:
+                frame.unpersist()
+            left_changes.release()
+            right_changes.release()
+        rows = _rows(
+            commit.inserted,
+            commit.updated,
+            commit.deleted,
+            null_left=left_changes.null_keys,
+            null_right=right_changes.null_keys,
+            changes_left=left_changes.change_rows,
+            changes_right=right_changes.change_rows,
+            recomputed=recomputed,
+        )
+        return commit, rows
+
+    def _affected(
+        self, left_changes: ChangedKeys, right_changes: ChangedKeys, cached: list[DataFrame]
+    ) -> Affected:
+        """The affected left keys (changed, or pointing at a changed right key) and their new output rows.
+
+        Nothing runs here: the frames are cached when the action that computes the net changes (or the
+        MERGE source) first reads them, and their duplicate-key checks are observed on the way.
+        """
+        spec, shape, to_versions = self.spec, self.shape, self.to_versions
+        left, right = self.sides["left"].handle, self.sides["right"].handle
+        left_df, right_df = self.sides["left"].rows, self.sides["right"].rows
+        left_key_cols = list(shape.left_key)
+        if left_changes.count == 0 and right_changes.count == 0:
+            none = _with_fk(left_df.limit(0), shape)
+            right_none = right_df.limit(0)
+            joined = _join(none, right_none, shape, spec.how)
+            return Affected(none, right_none, joined, none.select(*left_key_cols), (), none)
+
+        flags = []
+        if left_changes.count:
+            flags.append(
+                (
+                    maybe_broadcast(
+                        left_changes.keys.withColumn(LEFT_CHANGED, F.lit(True)), left_changes.count
+                    ),
+                    left_key_cols,
+                    LEFT_CHANGED,
+                )
+            )
+        if right_changes.count:
+            renamed = right_changes.keys.select(
+                *[
+                    F.col(quote(rk)).alias(fk)
+                    for rk, fk in zip(shape.right_key, shape.fk_columns, strict=True)
+                ]
+            ).withColumn(RIGHT_CHANGED, F.lit(True))
+            flags.append((maybe_broadcast(renamed, right_changes.count), shape.fk_columns, RIGHT_CHANGED))
+        scan = _with_fk(left_df, shape)
+        hit = F.lit(False)
+        for frame, on, flag in flags:
+            scan = scan.join(frame, on=on, how="left")
+            hit = hit | F.coalesce(F.col(flag), F.lit(False))
+        left_check = one_row_per_key(
+            scan.where(hit).drop(*[flag for _, _, flag in flags]), shape.left_key, left, to_versions["left"]
+        )
+        affected = left_check.rows
+        cached.append(left_check.counted)
+
+        previous_left = None
+        if left_changes.before is not None:
+            previous_left = affected.join(left_changes.keys, on=shape.left_key, how="left_anti").unionByName(
+                _with_fk(left_changes.before, shape)
+            )
+        # Right rows referenced by an affected left row (now or, for a net-change commit, before), and every
+        # changed right key (for the duplicate check). At most two per changed left key (its new and its
+        # previous foreign key) and one per changed right key.
+        needed = affected.select(
+            *[F.col(fk).alias(rk) for fk, rk in zip(shape.fk_columns, shape.right_key, strict=True)]
+        )
+        if previous_left is not None:
+            needed = needed.unionByName(
+                previous_left.select(
+                    *[F.col(fk).alias(rk) for fk, rk in zip(shape.fk_columns, shape.right_key, strict=True)]
+                )
+            )
+        needed = needed.where(~key_is_null(shape.right_key))
+        if right_changes.count:
+            needed = needed.unionByName(right_changes.keys.select(*[quote(c) for c in shape.right_key]))
+        needed = needed.distinct()
+        right_check = one_row_per_key(
+            right_df.where(~key_is_null(shape.right_key)).join(
+                maybe_broadcast(needed, 2 * left_changes.count + right_changes.count),
+                on=list(shape.right_key),
+                how="left_semi",
+            ),
+            shape.right_key,
+            right,
+            to_versions["right"],
+        )
+        right_rows = right_check.rows
+        cached.append(right_check.counted)
+
+        joined = _join(affected, right_rows, shape, spec.how)
+        keys = affected.select(*left_key_cols)
+        if left_changes.count:
+            keys = keys.unionByName(left_changes.keys.select(*left_key_cols)).distinct()
+        return Affected(affected, right_rows, joined, keys, (left_check, right_check), previous_left)
+
+    def _previous_output(
+        self, affected: Affected, left_changes: ChangedKeys, right_changes: ChangedKeys
+    ) -> DataFrame:
+        """The affected keys' output rows as the last refresh wrote them, from the inputs alone.
+
+        The output held the join at the versions the last refresh consumed, so a key's previous row is
+        the join of its previous left row (its first pre-image in the left feed, or the current row when
+        only its right side changed: ``Affected.previous_left``) with that row's previous right row (the
+        first pre-image in the right feed, or the current row when the right key did not change).
+        """
+        assert affected.previous_left is not None and right_changes.before is not None
+        spec, shape = self.spec, self.shape
+        right_key = list(shape.right_key)
+        previous_right = affected.right_rows
+        if right_changes.count:
+            previous_right = previous_right.join(
+                right_changes.keys, on=right_key, how="left_anti"
+            ).unionByName(right_changes.before)
+        return _join(affected.previous_left, previous_right, shape, spec.how)
 
 
 def _merge_source(affected: Affected, cached: list[DataFrame]) -> DataFrame:
@@ -546,27 +556,3 @@ def _merge_source(affected: Affected, cached: list[DataFrame]) -> DataFrame:
     cached.append(source)
     # Materialised and counted, the source is broadcast into the MERGE: the output is scanned, not shuffled.
     return maybe_broadcast(source, source.count())
-
-
-def _previous_output(
-    spec: ForeignKeyJoinSpec,
-    shape: FkJoinShape,
-    affected: Affected,
-    left_changes: ChangedKeys,
-    right_changes: ChangedKeys,
-) -> DataFrame:
-    """The affected keys' output rows as the last refresh wrote them, from the inputs alone.
-
-    The output held the join at the versions the last refresh consumed, so a key's previous row is
-    the join of its previous left row (its first pre-image in the left feed, or the current row when
-    only its right side changed: ``Affected.previous_left``) with that row's previous right row (the
-    first pre-image in the right feed, or the current row when the right key did not change).
-    """
-    assert affected.previous_left is not None and right_changes.before is not None
-    right_key = list(shape.right_key)
-    previous_right = affected.right_rows
-    if right_changes.count:
-        previous_right = previous_right.join(right_changes.keys, on=right_key, how="left_anti").unionByName(
-            right_changes.before
-        )
-    return _join(affected.previous_left, previous_right, shape, spec.how)
