@@ -118,6 +118,12 @@ class GlobalTableRefresh(KindRefresh):
     """
 
     spec: GlobalTableBootstrapSpec
+    #: What ``prepare`` resolved, read by every step: the source, the version it is pinned at (the
+    #: refresh's high watermark), its rows at that version and its columns.
+    source: DeltaHandle
+    high_watermark: int
+    source_df: DataFrame
+    shape: SourceShape
 
     def prepare(self, states: dict[str, TableState]) -> dict[str, InputState]:
         self.source, state = self.handles[SIDE], states[SIDE]
@@ -135,36 +141,12 @@ class GlobalTableRefresh(KindRefresh):
         assert after is not None
         request = refresh.request("incremental", plan.reason)
         if self.shape.changelog is None:
-            return Written(
-                *_incremental_table(
-                    self.shape,
-                    self.source,
-                    self.output,
-                    after,
-                    self.high_watermark,
-                    self.source_df,
-                    refresh,
-                    request,
-                )
-            )
-        return Written(
-            *_incremental_changelog(
-                self.shape.changelog,
-                self.shape,
-                self.source,
-                self.output,
-                after,
-                self.high_watermark,
-                refresh,
-                request,
-            )
-        )
+            return Written(*self._incremental_table(after, refresh, request))
+        return Written(*self._incremental_changelog(self.shape.changelog, after, refresh, request))
 
     def full(self, refresh: RefreshContext, plan: RefreshPlan) -> Written:
         request = refresh.request("full", plan.reason)
-        return Written(
-            *_full(self.shape, self.source, self.output, self.high_watermark, self.source_df, request)
-        )
+        return Written(*self._full(request))
 
     def result_fields(
         self, refresh: RefreshContext, plan: RefreshPlan, output_version: int
@@ -184,154 +166,136 @@ class GlobalTableRefresh(KindRefresh):
             "caught_up": self.high_watermark >= self.source.state().version,
         }
 
-
-def _full(
-    shape: SourceShape,
-    source: DeltaHandle,
-    output: DeltaHandle,
-    version: int,
-    source_df: DataFrame,
-    request: CommitRequest,
-) -> tuple[Commit, dict[str, Any]]:
-    """Materialise the source at ``version`` into the output (create, reconcile, or replace)."""
-    if shape.changelog is None:
-        null_keys = check_keys(source_df, shape.key, source, version, count_nulls=True).null_keys
-        rows = source_df.where(~key_is_null(shape.key))
-        stats = None
-    else:
-        stats = cl.check_events(source_df, shape.changelog, source)
-        null_keys = stats.null_keys
-        rows = cl.latest_state(source_df, shape.changelog, keep_order=True)
-    phase("changes_read")
-    phase("merge_started")
-    commit = write_full_output(output, rows, shape.key, shape.value_columns, request)
-    return commit, _rows(commit, null_keys=null_keys, null_orders=stats.null_orders if stats else 0)
-
-
-def _incremental_table(
-    shape: SourceShape,
-    source: DeltaHandle,
-    output: DeltaHandle,
-    after: int,
-    to: int,
-    source_df: DataFrame,
-    refresh: RefreshContext,
-    request: CommitRequest,
-) -> tuple[Commit, dict[str, Any]]:
-    """A keyed source: re-read the keys its change feed touched from the pinned snapshot and write
-    their net changes; each key's previous value is its first pre-image in the feed."""
-    direct = refresh.direct_write_possible()
-    changes = changed_keys(source, shape.key, after, to, source_df.columns if direct else None)
-    cached: list[DataFrame] = []
-    net: NetChanges | None = None
-    try:
+    def _full(self, request: CommitRequest) -> tuple[Commit, dict[str, Any]]:
+        """Materialise the source at its pinned version into the output (create, reconcile, or replace)."""
+        shape, source, output, source_df = self.shape, self.source, self.output, self.source_df
+        version = self.high_watermark
+        if shape.changelog is None:
+            null_keys = check_keys(source_df, shape.key, source, version, count_nulls=True).null_keys
+            rows = source_df.where(~key_is_null(shape.key))
+            stats = None
+        else:
+            stats = cl.check_events(source_df, shape.changelog, source)
+            null_keys = stats.null_keys
+            rows = cl.latest_state(source_df, shape.changelog, keep_order=True)
         phase("changes_read")
-        keys = maybe_broadcast(changes.keys, changes.count)
-        rows = source_df.where(~key_is_null(shape.key)).join(keys, on=shape.key, how="left_semi").persist()
-        cached.append(rows)
-        check_keys(rows, shape.key, source, to, count_nulls=False)
-        if direct:
-            assert changes.before is not None
-            net = net_changes(changes.before, rows, shape.key, shape.value_columns)
         phase("merge_started")
+        commit = write_full_output(output, rows, shape.key, shape.value_columns, request)
+        return commit, _rows(commit, null_keys=null_keys, null_orders=stats.null_orders if stats else 0)
 
-        def merge_source() -> DataFrame:
-            retractions = changes.keys.join(
-                rows.select(*[quote(c) for c in shape.key]), on=shape.key, how="left_anti"
+    def _incremental_table(
+        self, after: int, refresh: RefreshContext, request: CommitRequest
+    ) -> tuple[Commit, dict[str, Any]]:
+        """A keyed source: re-read the keys its change feed touched from the pinned snapshot and write
+        their net changes; each key's previous value is its first pre-image in the feed."""
+        shape, source, source_df, to = self.shape, self.source, self.source_df, self.high_watermark
+        direct = refresh.direct_write_possible()
+        changes = changed_keys(source, shape.key, after, to, source_df.columns if direct else None)
+        cached: list[DataFrame] = []
+        net: NetChanges | None = None
+        try:
+            phase("changes_read")
+            keys = maybe_broadcast(changes.keys, changes.count)
+            rows = (
+                source_df.where(~key_is_null(shape.key)).join(keys, on=shape.key, how="left_semi").persist()
             )
-            source = rows.withColumn(PRESENT, F.lit(True)).unionByName(
-                retractions.withColumn(PRESENT, F.lit(False)), allowMissingColumns=True
+            cached.append(rows)
+            check_keys(rows, shape.key, source, to, count_nulls=False)
+            if direct:
+                assert changes.before is not None
+                net = net_changes(changes.before, rows, shape.key, shape.value_columns)
+            phase("merge_started")
+
+            def merge_source() -> DataFrame:
+                retractions = changes.keys.join(
+                    rows.select(*[quote(c) for c in shape.key]), on=shape.key, how="left_anti"
+                )
+                source = rows.withColumn(PRESENT, F.lit(True)).unionByName(
+                    retractions.withColumn(PRESENT, F.lit(False)), allowMissingColumns=True
+                )
+                return maybe_broadcast(source, changes.count)
+
+            commit = refresh.write(net, shape.key, shape.value_columns, request, merge_source)
+        finally:
+            if net is not None:
+                net.release()
+            for frame in cached:
+                frame.unpersist()
+            changes.release()
+        return commit, _rows(commit, changes=changes.change_rows, null_keys=changes.null_keys)
+
+    def _incremental_changelog(
+        self, log_shape: cl.ChangelogShape, after: int, refresh: RefreshContext, request: CommitRequest
+    ) -> tuple[Commit, dict[str, Any]]:
+        """A changelog source: apply only the events appended since the checkpoint.
+
+        Each key's newest new event wins if it sorts after the key's current event: the ``_fkjoin_order``
+        the output holds for present keys, or, for absent keys, the latest delete in the events up to the
+        checkpoint (a late event must not revive a deleted key).
+        """
+        shape, source, output, to = self.shape, self.source, self.output, self.high_watermark
+        feed = read_feed(source, after, to)
+        needed = [*shape.key, log_shape.op_column, *log_shape.order_by, *log_shape.payload]
+        batch = feed.select(*[F.col(quote(c)) for c in dict.fromkeys(needed)], "_change_type").persist()
+        cached: list[DataFrame] = [batch]
+        try:
+            with feed_errors(source, after, to):  # vacuumed change files surface when the feed is first read
+                rewritten = batch.where(F.col("_change_type") != "insert").limit(1).count()
+            if rewritten:
+                raise FeedUnavailable(
+                    f"changelog source {source.location} is not append-only: versions {after + 1}..{to} "
+                    "deleted or updated events, so the log is read again from scratch"
+                )
+            events = batch.drop("_change_type")
+            stats = cl.check_events(events, log_shape, source)
+            newest = cl.latest_events(cl.usable_events(events, log_shape), log_shape).persist()
+            cached.append(newest)
+            keys = newest.select(*[quote(c) for c in shape.key])
+            key_count = keys.count()
+            phase("changes_read")
+            previous_order = "_fkjoin_prev"
+            present = (
+                output.read()
+                .select(*[quote(c) for c in shape.key], F.col(cl.ORDER_COLUMN).alias(previous_order))
+                .join(maybe_broadcast(keys, key_count), on=shape.key, how="left_semi")
+                .persist()
             )
-            return maybe_broadcast(source, changes.count)
-
-        commit = refresh.write(net, shape.key, shape.value_columns, request, merge_source)
-    finally:
-        if net is not None:
-            net.release()
-        for frame in cached:
-            frame.unpersist()
-        changes.release()
-    return commit, _rows(commit, changes=changes.change_rows, null_keys=changes.null_keys)
-
-
-def _incremental_changelog(
-    log_shape: cl.ChangelogShape,
-    shape: SourceShape,
-    source: DeltaHandle,
-    output: DeltaHandle,
-    after: int,
-    to: int,
-    refresh: RefreshContext,
-    request: CommitRequest,
-) -> tuple[Commit, dict[str, Any]]:
-    """A changelog source: apply only the events appended since the checkpoint.
-
-    Each key's newest new event wins if it sorts after the key's current event: the ``_fkjoin_order``
-    the output holds for present keys, or, for absent keys, the latest delete in the events up to the
-    checkpoint (a late event must not revive a deleted key).
-    """
-    feed = read_feed(source, after, to)
-    needed = [*shape.key, log_shape.op_column, *log_shape.order_by, *log_shape.payload]
-    batch = feed.select(*[F.col(quote(c)) for c in dict.fromkeys(needed)], "_change_type").persist()
-    cached: list[DataFrame] = [batch]
-    try:
-        with feed_errors(source, after, to):  # vacuumed change files surface when the feed is first read
-            rewritten = batch.where(F.col("_change_type") != "insert").limit(1).count()
-        if rewritten:
-            raise FeedUnavailable(
-                f"changelog source {source.location} is not append-only: versions {after + 1}..{to} "
-                "deleted or updated events, so the log is read again from scratch"
+            cached.append(present)
+            absent = keys.join(
+                present.select(*[quote(c) for c in shape.key]), on=shape.key, how="left_anti"
+            ).persist()
+            cached.append(absent)
+            known = present
+            if absent.count():
+                with feed_errors(source, after, to):  # the checkpoint version may be gone from the log
+                    tombstones = cl.tombstone_orders(source.read(after), log_shape, absent).persist()
+                    cached.append(tombstones)
+                    tombstones.count()
+                known = present.unionByName(tombstones.withColumnRenamed(cl.ORDER_COLUMN, previous_order))
+            decided = (
+                newest.join(known, on=shape.key, how="left")
+                .where(F.col(previous_order).isNull() | (F.col(cl.ORDER_COLUMN) > F.col(previous_order)))
+                .persist()
             )
-        events = batch.drop("_change_type")
-        stats = cl.check_events(events, log_shape, source)
-        newest = cl.latest_events(cl.usable_events(events, log_shape), log_shape).persist()
-        cached.append(newest)
-        keys = newest.select(*[quote(c) for c in shape.key])
-        key_count = keys.count()
-        phase("changes_read")
-        previous_order = "_fkjoin_prev"
-        present = (
-            output.read()
-            .select(*[quote(c) for c in shape.key], F.col(cl.ORDER_COLUMN).alias(previous_order))
-            .join(maybe_broadcast(keys, key_count), on=shape.key, how="left_semi")
-            .persist()
+            cached.append(decided)
+            applied = decided.count()
+            merge_source = decided.select(
+                *[quote(c) for c in shape.key],
+                *[quote(c) for c in shape.value_columns],
+                (~F.col("is_delete")).alias(PRESENT),
+            )
+            phase("merge_started")
+            commit = refresh.write(
+                None, shape.key, shape.value_columns, request, lambda: maybe_broadcast(merge_source, applied)
+            )
+        finally:
+            for frame in cached:
+                frame.unpersist()
+        rows = _rows(
+            commit,
+            changes=stats.events,
+            null_keys=stats.null_keys,
+            null_orders=stats.null_orders,
+            ignored=key_count - applied,
         )
-        cached.append(present)
-        absent = keys.join(
-            present.select(*[quote(c) for c in shape.key]), on=shape.key, how="left_anti"
-        ).persist()
-        cached.append(absent)
-        known = present
-        if absent.count():
-            with feed_errors(source, after, to):  # the checkpoint version may be gone from the log
-                tombstones = cl.tombstone_orders(source.read(after), log_shape, absent).persist()
-                cached.append(tombstones)
-                tombstones.count()
-            known = present.unionByName(tombstones.withColumnRenamed(cl.ORDER_COLUMN, previous_order))
-        decided = (
-            newest.join(known, on=shape.key, how="left")
-            .where(F.col(previous_order).isNull() | (F.col(cl.ORDER_COLUMN) > F.col(previous_order)))
-            .persist()
-        )
-        cached.append(decided)
-        applied = decided.count()
-        merge_source = decided.select(
-            *[quote(c) for c in shape.key],
-            *[quote(c) for c in shape.value_columns],
-            (~F.col("is_delete")).alias(PRESENT),
-        )
-        phase("merge_started")
-        commit = refresh.write(
-            None, shape.key, shape.value_columns, request, lambda: maybe_broadcast(merge_source, applied)
-        )
-    finally:
-        for frame in cached:
-            frame.unpersist()
-    rows = _rows(
-        commit,
-        changes=stats.events,
-        null_keys=stats.null_keys,
-        null_orders=stats.null_orders,
-        ignored=key_count - applied,
-    )
-    return commit, rows
+        return commit, rows
