@@ -220,6 +220,12 @@ class OuterWindowedTableJoinRefresh(KindRefresh):
     """One refresh of a table-mode windowed outer join: recompute the keys either side changed."""
 
     spec: WindowedTableJoinSpec
+    #: What ``prepare`` resolved, read by every step: each side as the join reads it, the join's
+    #: columns, and each side's rows with a key (null keys never join).
+    sides: dict[str, JoinInput]
+    shape: OuterShape
+    left_rows: DataFrame
+    right_rows: DataFrame
 
     def prepare(self, states: dict[str, TableState]) -> dict[str, InputState]:
         spec, handles = self.spec, self.handles
@@ -235,9 +241,7 @@ class OuterWindowedTableJoinRefresh(KindRefresh):
         return _rows()
 
     def incremental(self, refresh: RefreshContext, plan: RefreshPlan) -> Written:
-        commit, recomputed = _incremental(
-            self.spec, self.shape, self.sides, self.output, plan, self.left_rows, self.right_rows, refresh
-        )
+        commit, recomputed = self._incremental(plan, refresh)
         return Written(commit, _rows(commit, recomputed))
 
     def full(self, refresh: RefreshContext, plan: RefreshPlan) -> Written:
@@ -256,6 +260,70 @@ class OuterWindowedTableJoinRefresh(KindRefresh):
         )
         return Written(commit, _rows(commit))
 
+    def _incremental(self, plan: RefreshPlan, refresh: RefreshContext) -> tuple[Commit, int]:
+        """Recompute the keys either side changed and MERGE them; (commit, keys recomputed)."""
+        shape, sides, left_rows, right_rows = self.shape, self.sides, self.left_rows, self.right_rows
+        opened: list[ChangedKeys] = []
+        cached: list[DataFrame] = []
+        try:
+            left_from, right_from = plan.from_versions["left"], plan.from_versions["right"]
+            assert left_from is not None and right_from is not None
+            left_changes, right_changes = read_changes_of(
+                [(sides["left"], shape.key, left_from), (sides["right"], shape.right_key, right_from)],
+                opened,
+                images=False,
+            )
+            changes = {"left": left_changes, "right": right_changes}
+            phase("changes_read")
+            right_keys = changes["right"].keys.select(*shape.mapped)
+            affected = (
+                changes["left"].keys.select(*[quote(k) for k in shape.key]).unionByName(right_keys).distinct()
+            )
+            affected = affected.persist()
+            cached.append(affected)
+            count = affected.count()
+            left_part = left_rows.join(F.broadcast(affected), shape.key, "left_semi")
+            right_part = (
+                right_rows.select("*", *[c.alias(f"_fkjoin_m{i}") for i, c in enumerate(shape.mapped)])
+                .join(
+                    F.broadcast(
+                        affected.select(
+                            *[F.col(quote(k)).alias(f"_fkjoin_m{i}") for i, k in enumerate(shape.key)]
+                        )
+                    ),
+                    [f"_fkjoin_m{i}" for i in range(len(shape.key))],
+                    "left_semi",
+                )
+                .drop(*[f"_fkjoin_m{i}" for i in range(len(shape.key))])
+            )
+            left_part, right_part = left_part.persist(), right_part.persist()
+            cached += [left_part, right_part]
+            check_keys_of(
+                [
+                    KeyCheck(left_part, shape.key, sides["left"].handle, sides["left"].version),
+                    KeyCheck(right_part, shape.right_key, sides["right"].handle, sides["right"].version),
+                ]
+            )
+            joined = shape.join(left_part, right_part)
+            retractions = affected.join(joined.select(*[quote(k) for k in shape.key]), shape.key, "left_anti")
+            source = (
+                joined.withColumn(PRESENT, F.lit(True))
+                .unionByName(retractions.withColumn(PRESENT, F.lit(False)), allowMissingColumns=True)
+                .persist()
+            )
+            cached.append(source)
+            phase("merge_started")
+            request = refresh.request("incremental", plan.reason)
+            commit = refresh.write(
+                None, shape.key, shape.value_columns, request, lambda: maybe_broadcast(source, source.count())
+            )
+            return commit, count
+        finally:
+            for frame in cached:
+                frame.unpersist()
+            for found in opened:
+                found.release()
+
 
 def _rows(commit: Commit | None = None, recomputed: int = 0) -> dict[str, Any]:
     if commit is None:
@@ -266,76 +334,3 @@ def _rows(commit: Commit | None = None, recomputed: int = 0) -> dict[str, Any]:
         "deleted": commit.deleted,
         "keys_recomputed": recomputed,
     }
-
-
-def _incremental(
-    spec: WindowedTableJoinSpec,
-    shape: OuterShape,
-    sides: dict[str, JoinInput],
-    output: DeltaHandle,
-    plan: RefreshPlan,
-    left_rows: DataFrame,
-    right_rows: DataFrame,
-    refresh: RefreshContext,
-) -> tuple[Commit, int]:
-    """Recompute the keys either side changed and MERGE them; (commit, keys recomputed)."""
-    opened: list[ChangedKeys] = []
-    cached: list[DataFrame] = []
-    try:
-        left_from, right_from = plan.from_versions["left"], plan.from_versions["right"]
-        assert left_from is not None and right_from is not None
-        left_changes, right_changes = read_changes_of(
-            [(sides["left"], shape.key, left_from), (sides["right"], shape.right_key, right_from)],
-            opened,
-            images=False,
-        )
-        changes = {"left": left_changes, "right": right_changes}
-        phase("changes_read")
-        right_keys = changes["right"].keys.select(*shape.mapped)
-        affected = (
-            changes["left"].keys.select(*[quote(k) for k in shape.key]).unionByName(right_keys).distinct()
-        )
-        affected = affected.persist()
-        cached.append(affected)
-        count = affected.count()
-        left_part = left_rows.join(F.broadcast(affected), shape.key, "left_semi")
-        right_part = (
-            right_rows.select("*", *[c.alias(f"_fkjoin_m{i}") for i, c in enumerate(shape.mapped)])
-            .join(
-                F.broadcast(
-                    affected.select(
-                        *[F.col(quote(k)).alias(f"_fkjoin_m{i}") for i, k in enumerate(shape.key)]
-                    )
-                ),
-                [f"_fkjoin_m{i}" for i in range(len(shape.key))],
-                "left_semi",
-            )
-            .drop(*[f"_fkjoin_m{i}" for i in range(len(shape.key))])
-        )
-        left_part, right_part = left_part.persist(), right_part.persist()
-        cached += [left_part, right_part]
-        check_keys_of(
-            [
-                KeyCheck(left_part, shape.key, sides["left"].handle, sides["left"].version),
-                KeyCheck(right_part, shape.right_key, sides["right"].handle, sides["right"].version),
-            ]
-        )
-        joined = shape.join(left_part, right_part)
-        retractions = affected.join(joined.select(*[quote(k) for k in shape.key]), shape.key, "left_anti")
-        source = (
-            joined.withColumn(PRESENT, F.lit(True))
-            .unionByName(retractions.withColumn(PRESENT, F.lit(False)), allowMissingColumns=True)
-            .persist()
-        )
-        cached.append(source)
-        phase("merge_started")
-        request = refresh.request("incremental", plan.reason)
-        commit = refresh.write(
-            None, shape.key, shape.value_columns, request, lambda: maybe_broadcast(source, source.count())
-        )
-        return commit, count
-    finally:
-        for frame in cached:
-            frame.unpersist()
-        for found in opened:
-            found.release()
