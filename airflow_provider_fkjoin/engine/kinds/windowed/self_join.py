@@ -123,9 +123,9 @@ class SelfJoinRefresh(StreamJoinRefresh):
                 )
             ).alias("_fkjoin_pair")
         ).where(F.col("_fkjoin_pair").isNotNull())
-        time = quote(self.spec.left.time)
+        time = quote(self.prepared.spec.left.time)
         joined = pairs.select("_fkjoin_pair.l", "_fkjoin_pair.r").select(
-            *self.shape.projection,
+            *self.prepared.shape.projection,
             F.greatest(F.col(f"l.{time}"), F.col(f"r.{time}")).alias(EVENT_TIME),
             F.lit("J").alias("_fkjoin_kind"),
         )

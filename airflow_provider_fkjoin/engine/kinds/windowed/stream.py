@@ -193,6 +193,22 @@ def resolve_shape(
     return StreamShape(left_schema, right_schema, left_time, projection, projected.columns)
 
 
+@dataclass(frozen=True)
+class StreamRefreshState:
+    """What :meth:`EventJoinRefresh.prepare` resolved, handed to the computation as one value: the join to
+    compute, its columns, the inputs (handles and pinned states, by name), the pending-rows table, the
+    refresh's warnings (appended to) and the inputs' names by side (index 0: left, 1: right; keys of
+    ``handles``, ``states``, the plan and the result; ``("input", "input")`` for a self_join)."""
+
+    spec: WindowedJoinSpec
+    shape: StreamShape
+    handles: dict[str, DeltaHandle]
+    states: dict[str, TableState]
+    state: StateTable
+    warnings: list[str]
+    names: tuple[str, str] = SIDES
+
+
 class EventJoinRefresh(KindRefresh):
     """One refresh of a join of event streams: pin the inputs, compute with ``computation`` (a
     :class:`StreamJoinRefresh`, or the self-join's) and append, carrying the join's state to the next.
@@ -206,6 +222,8 @@ class EventJoinRefresh(KindRefresh):
     """
 
     spec: WindowedJoinSpec
+    #: What ``prepare`` resolved, read by both paths.
+    prepared: StreamRefreshState
     append_only = True
     replace_consequence = (
         "Replacing re-runs the join over every input row as one refresh, so rows emitted by earlier "
@@ -236,13 +254,15 @@ class EventJoinRefresh(KindRefresh):
         handles = self.handles
         frames = {name: input_frame(handles[name], states[name]) for name in handles}
         by_side = dict(zip(SIDES, self.names, strict=True))
-        self.shape = resolve_shape(
+        shape = resolve_shape(
             self.spec,
             {side: handles[name] for side, name in by_side.items()},
             {side: frames[name] for side, name in by_side.items()},
             self.names,
         )
-        self.pinned = states
+        self.prepared = StreamRefreshState(
+            self.spec, shape, self.handles, states, self.state, self.warnings, self.names
+        )
         return {name: pinned_input(handles[name], states[name], frames[name].schema) for name in handles}
 
     def noop_rows(self) -> dict[str, Any]:
@@ -254,17 +274,8 @@ class EventJoinRefresh(KindRefresh):
         return {"optimized": self.optimized}
 
     def _join(self, plan: RefreshPlan, carried: CarriedState) -> StreamJoinRefresh:
-        return self.computation(
-            self.spec,
-            self.shape,
-            self.handles,
-            self.pinned,
-            plan,
-            carried,
-            self.state,
-            self.warnings,
-            self.names,
-        )
+        """One path's computation (a fresh one each: a failed incremental leaves nothing to the full)."""
+        return self.computation(self.prepared, plan, carried)
 
     def incremental(self, refresh: RefreshContext, plan: RefreshPlan) -> Written:
         assert refresh.previous is not None
@@ -337,24 +348,11 @@ def _rows(names: tuple[str, str], inserted: int = 0, **counts: Any) -> dict[str,
 class StreamJoinRefresh:
     """One refresh's computation (module docstring, steps 1-4) and its two commits (state, then output)."""
 
-    def __init__(
-        self,
-        spec: WindowedJoinSpec,
-        shape: StreamShape,
-        handles: dict[str, DeltaHandle],
-        states: dict[str, TableState],
-        plan: RefreshPlan,
-        carried: CarriedState,
-        state: StateTable,
-        warnings: list[str],
-        names: tuple[str, str] = SIDES,
-    ) -> None:
-        self.spec, self.shape, self.handles, self.states = spec, shape, handles, states
-        self.plan, self.carried, self.state, self.warnings = plan, carried, state, warnings
-        #: The inputs' names by side (index 0: left, 1: right): keys of ``handles``, ``states``, the plan
-        #: and the result; ``("input", "input")`` for a self_join.
-        self.names = names
-        self.spark = handles[names[0]].spark
+    def __init__(self, prepared: StreamRefreshState, plan: RefreshPlan, carried: CarriedState) -> None:
+        #: What the refresh prepared (:class:`StreamRefreshState`), and this path's plan and carried state.
+        self.prepared, self.plan, self.carried = prepared, plan, carried
+        spec, shape = prepared.spec, prepared.shape
+        self.spark = prepared.handles[prepared.names[0]].spark
         self.refs: tuple[EventStreamRef, EventStreamRef] = (spec.left, spec.right)
         window = spec.window
         self.before, self.after, self.grace = window.before, window.after, window.grace
@@ -375,12 +373,12 @@ class StreamJoinRefresh:
         """Rows of one side in the join's own columns: side, version, key parts, time in ms, null-key flag,
         the row itself (a struct of the input's columns) and the ``order_by`` values."""
         ref = self.refs[side]
-        time_type = self.shape.time_type
+        time_type = self.prepared.shape.time_type
         keys = [F.col(quote(c)).alias(k) for c, k in zip(ref.key, self.key_columns, strict=True)]
         null = F.lit(False)
         for column in ref.key:
             null = null | F.col(quote(column)).isNull()
-        schema = self.shape.left_schema if side == 0 else self.shape.right_schema
+        schema = self.prepared.shape.left_schema if side == 0 else self.prepared.shape.right_schema
         row = F.struct(*[F.col(quote(c)) for c in schema.names])
         return frame.select(
             F.lit(side).alias(_SIDE),
@@ -399,8 +397,8 @@ class StreamJoinRefresh:
         """The rows a side appended since its consumed version, numbered in processing order (``pos``),
         with what the checks counted. A row that is not an insert, or has a null or negative event time,
         is an InputDataError before anything is written."""
-        name = self.names[side]
-        handle, to = self.handles[name], self.states[name].version
+        name = self.prepared.names[side]
+        handle, to = self.prepared.handles[name], self.prepared.states[name].version
         after = self.plan.from_versions.get(name)
         first = after if after is not None else -1
         version, change_type = F.col("_commit_version"), F.col("_change_type")
@@ -414,7 +412,7 @@ class StreamJoinRefresh:
                     raise
                 # A first run over a table whose change feed does not reach back to version 0: its rows
                 # have no commit version, so they are ordered by order_by (and a row hash) alone.
-                self.warnings.append(
+                self.prepared.warnings.append(
                     f"{name} table {handle.location}'s change feed does not cover its whole history: this "
                     f"full run orders its rows by {name}.order_by (and a row hash), not by commit version"
                 )
@@ -441,7 +439,7 @@ class StreamJoinRefresh:
         return {}
 
     def _check(self, rows: DataFrame, side: int, handle: DeltaHandle, after: int, to: int) -> dict[str, int]:
-        ref, name = self.refs[side], self.names[side]
+        ref, name = self.refs[side], self.prepared.names[side]
         stats = rows.agg(
             F.count(F.lit(1)).alias("rows"),
             F.count(F.when(F.col("_fkjoin_ct") != "insert", 1)).alias("not_inserts"),
@@ -477,17 +475,17 @@ class StreamJoinRefresh:
         """The rows a side stored in earlier refreshes that can still match (``t >= observed - retention
         + 1``): the input at its consumed version, filtered on the time column."""
         observed = self.carried.observed[side]
-        after = self.plan.from_versions.get(self.names[side])
+        after = self.plan.from_versions.get(self.prepared.names[side])
         if observed is None or after is None:
             return None
-        handle = self.handles[self.names[side]]
+        handle = self.prepared.handles[self.prepared.names[side]]
         floor = observed - self.retention + 1
         retained = handle.read(after)
         if floor > 0:  # every stored time is at or after 0 (checked), so a floor below it filters nothing
             # The filter on the input's own column lets Delta skip files by their statistics; the one on
             # milliseconds is the exact rule.
             retained = retained.where(
-                time_at_least(F.col(quote(self.refs[side].time)), self.shape.time_type, floor)
+                time_at_least(F.col(quote(self.refs[side].time)), self.prepared.shape.time_type, floor)
             )
         rows = self._canonical(retained, side, F.lit(-1)).drop("_fkjoin_hash")
         return rows.where(~F.col(_NULL) & (F.col(_T) >= F.lit(floor)))
@@ -496,13 +494,13 @@ class StreamJoinRefresh:
 
     def _ranked(self, new: dict[int, DataFrame]) -> DataFrame:
         """Both sides' new rows with their processing rank, stream time and observed times (steps 1-2)."""
-        if self.spec.same_table:
+        if self.prepared.spec.same_table:
             rows = new[0].unionByName(self._as_right(new[0]))
         else:
             rows = new[0].unionByName(new[1])
         running = Window.partitionBy(_SIDE).orderBy(_POS).rowsBetween(Window.unboundedPreceding, 0)
         rows = rows.withColumn(_M, F.max(_T).over(running))
-        if self.spec.same_table:
+        if self.prepared.spec.same_table:
             rank = F.struct(
                 F.col(_POS).alias("a"), F.col(_SIDE).cast("long").alias("b"), F.lit(0).cast("long").alias("c")
             )
@@ -588,12 +586,14 @@ class StreamJoinRefresh:
             *[c for c in rows.columns if c.startswith("_fkjoin_") and c not in (_LEFT_ROW, _RIGHT_ROW)],
         )
         extra = [c for c in framed.columns if c.startswith("_fkjoin_")]
-        return framed.select(*self.shape.projection, EVENT_TIME, *extra, F.lit(kind).alias("_fkjoin_kind"))
+        return framed.select(
+            *self.prepared.shape.projection, EVENT_TIME, *extra, F.lit(kind).alias("_fkjoin_kind")
+        )
 
     def _own_time(self) -> Column:
         """An unmatched row's event time: its own time column, in the input's type."""
-        left_time = F.col(f"{_LEFT_ROW}.{quote(self.spec.left.time)}")
-        right_time = F.col(f"{_RIGHT_ROW}.{quote(self.spec.right.time)}")
+        left_time = F.col(f"{_LEFT_ROW}.{quote(self.prepared.spec.left.time)}")
+        right_time = F.col(f"{_RIGHT_ROW}.{quote(self.prepared.spec.right.time)}")
         return F.coalesce(left_time, right_time)
 
     def compute(self, new: dict[int, DataFrame]) -> tuple[DataFrame, DataFrame | None]:
@@ -611,24 +611,24 @@ class StreamJoinRefresh:
                 earlier = earlier.join(new_keys, self.key_columns, "left_semi")
                 earlier = earlier.withColumn(_G, F.lit(None).cast(_RANK_TYPE))
                 candidates = candidates.unionByName(earlier.select(*columns))
-                if self.spec.same_table:
+                if self.prepared.spec.same_table:
                     candidates = candidates.unionByName(self._as_right(earlier).select(*columns))
                     break
         pairs = stored.alias("x").join(candidates.alias("o"), self._fetch_condition("x", "o"))
         pairs = pairs.persist(StorageLevel.MEMORY_AND_DISK)
         self.cached.append(pairs)
-        left_time = F.col(f"l.{quote(self.spec.left.time)}")
-        right_time = F.col(f"r.{quote(self.spec.right.time)}")
+        left_time = F.col(f"l.{quote(self.prepared.spec.left.time)}")
+        right_time = F.col(f"r.{quote(self.prepared.spec.right.time)}")
         joined = pairs.select(
             F.coalesce(F.col(f"x.{_LEFT_ROW}"), F.col(f"o.{_LEFT_ROW}")).alias(_LEFT_ROW),
             F.coalesce(F.col(f"x.{_RIGHT_ROW}"), F.col(f"o.{_RIGHT_ROW}")).alias(_RIGHT_ROW),
         )
         joined = joined.select(F.col(_LEFT_ROW).alias("l"), F.col(_RIGHT_ROW).alias("r")).select(
-            *self.shape.projection,
+            *self.prepared.shape.projection,
             F.greatest(left_time, right_time).alias(EVENT_TIME),
             F.lit("J").alias("_fkjoin_kind"),
         )
-        if self.spec.how == "inner":
+        if self.prepared.spec.how == "inner":
             return joined, None
         outputs = [joined]
         outer = self._is_outer()
@@ -638,7 +638,7 @@ class StreamJoinRefresh:
             F.col(f"x.{_SIDE}").alias(_SIDE), F.col(f"x.{_POS}").alias(_POS)
         ).distinct()
         lonely = stored.where(outer).join(matched_on_arrival, [_SIDE, _POS], "left_anti")
-        slack = self.grace if self.spec.late_unmatched == "respect_grace" else 0
+        slack = self.grace if self.prepared.spec.late_unmatched == "respect_grace" else 0
         closed = F.col(_T) + self._lookback() + F.lit(slack) < F.col(_ST)
         outputs.append(self._output(lonely.where(closed), self._own_time(), "U").select(*joined.columns))
         pending_new = self._output(lonely.where(~closed), self._own_time(), "P").select(
@@ -646,7 +646,7 @@ class StreamJoinRefresh:
         )
         pending = pending_new.drop("_fkjoin_kind")
         if self.carried.state_version is not None and self.plan.mode == "incremental":
-            earlier_pending = self.state.read(self.carried.state_version).withColumn(
+            earlier_pending = self.prepared.state.read(self.carried.state_version).withColumn(
                 _G, F.lit(None).cast(_RANK_TYPE)
             )
             pending = pending.unionByName(earlier_pending.select(*pending.columns))
@@ -724,10 +724,10 @@ class StreamJoinRefresh:
     def run(self, refresh: RefreshContext, *, replace: bool) -> tuple[Commit, dict[str, Any]]:
         try:
             new, counts = {}, {}
-            sides = (0,) if self.spec.same_table else (0, 1)
+            sides = (0,) if self.prepared.spec.same_table else (0, 1)
             for side in sides:
                 new[side], counts[side] = self._new_rows(side)
-            if self.spec.same_table:
+            if self.prepared.spec.same_table:
                 counts[1] = counts[0]
             self.new_row_count = counts[0]["rows"] + counts[1]["rows"]
             phase("changes_read")
@@ -753,15 +753,15 @@ class StreamJoinRefresh:
             for frame in self.cached:
                 frame.unpersist()
         dropped = [counts[side]["null_keys"] if not self.outer[side] else 0 for side in (0, 1)]
-        if self.spec.same_table:
+        if self.prepared.spec.same_table:
             dropped[1] = 0  # one table: each row counted once, as the left row it is first processed as
-        null_dropped = dict.fromkeys(self.names, 0)
-        rows_read = dict.fromkeys(self.names, 0)
+        null_dropped = dict.fromkeys(self.prepared.names, 0)
+        rows_read = dict.fromkeys(self.prepared.names, 0)
         for side in (0, 1):
-            null_dropped[self.names[side]] += dropped[side]
-            rows_read[self.names[side]] = counts[side]["rows"]
+            null_dropped[self.prepared.names[side]] += dropped[side]
+            rows_read[self.prepared.names[side]] = counts[side]["rows"]
         rows = _rows(
-            self.names,
+            self.prepared.names,
             commit.inserted,
             pairs=kinds.get("J", 0),
             unmatched=kinds.get("U", 0),
@@ -785,7 +785,7 @@ class StreamJoinRefresh:
         version = None
         if remaining is not None:
             bound = self.new_row_count + (self.carried.pending_rows or 0)
-            written = self.state.write(remaining, files=_files_for(bound))
+            written = self.prepared.state.write(remaining, files=_files_for(bound))
             version, self.pending_rows = written.version, written.rows
             phase("state_written")
         return CarriedState(stream_time, observed, version, self.pending_rows)
