@@ -66,7 +66,7 @@ def run_spec(
             origin=dict(origin) if origin else None,
         )
         with row_errors(spec_expressions(loaded)):
-            return refresh_once(KINDS[loaded.kind].refresh(loaded, session), options)
+            return refresh_once(KINDS[loaded.kind].refresh_for(loaded, session), options)
 
 
 def refresh_status(

@@ -346,6 +346,12 @@ class KindRefresh(ABC):
         self.handles = {name: DeltaHandle(spark, ref, name) for name, ref in self.inputs().items()}
         self.warnings: list[str] = []
 
+    @classmethod
+    def serves(cls, spec: Any) -> bool:
+        """Whether this class refreshes ``spec``: a kind with several classes (a windowed join's modes)
+        picks the first that does (:meth:`..kinds.JoinKind.refresh_for`)."""
+        return True
+
     def inputs(self) -> dict[str, Any]:
         """The input tables by name (default: the spec's own, in result order)."""
         return dict(self.spec.inputs())

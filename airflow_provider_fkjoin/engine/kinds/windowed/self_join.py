@@ -24,7 +24,7 @@ its spec says ``optimize: false``; its result then says ``"optimized": "self_joi
 
 Example::
 
-    refresh_once(self_join_refresh(load_spec({"kind": "self_join",
+    refresh_once(SelfJoinKindRefresh(load_spec({"kind": "self_join",
         "input": {"path": "/w/atm_txns", "key": ["account_id"], "time": "txn_ts", "order_by": ["offset"]},
         "window": {"before": "10m", "after": "10m"},
         "columns": {"account_id": "l.account_id", "txn": "l.txn_id", "paired_txn": "r.txn_id"},
@@ -34,7 +34,9 @@ Example::
 
 from __future__ import annotations
 
-from pyspark.sql import Column, DataFrame, SparkSession, Window
+from typing import Any
+
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from ...core.spec import EVENT_TIME, SelfJoinSpec, WindowedJoinSpec, quote
@@ -43,19 +45,6 @@ from .stream import _LEFT_ROW, _NULL, _POS, _T, EventJoinRefresh, StreamJoinRefr
 
 _OBS_BEFORE = "_fkjoin_obs_before"
 _OBS_AFTER = "_fkjoin_obs_after"
-
-
-def self_join_refresh(spec: SelfJoinSpec, spark: SparkSession) -> EventJoinRefresh:
-    """A self-join's refresh: the stream join's skeleton with the one-store computation."""
-    return EventJoinRefresh(spec, spec.as_windowed_join(), spark, SelfJoinRefresh, optimized="self_join")
-
-
-def windowed_join_as_self_join(spec: WindowedJoinSpec, spark: SparkSession) -> EventJoinRefresh:
-    """A stream-mode ``windowed_join`` of one table with itself, refreshed with the self-join's one store.
-
-    The spec keeps its own identity (``left``/``right`` names, fingerprint); only the computation changes.
-    """
-    return EventJoinRefresh(spec, spec, spark, SelfJoinRefresh, optimized="self_join")
 
 
 class SelfJoinRefresh(StreamJoinRefresh):
@@ -130,3 +119,32 @@ class SelfJoinRefresh(StreamJoinRefresh):
             F.lit("J").alias("_fkjoin_kind"),
         )
         return joined, None
+
+
+class SelfJoinKindRefresh(EventJoinRefresh):
+    """A ``self_join``'s refresh: the stream join's skeleton with the one-store computation, computing the
+    spec as the windowed join it is (progress stays keyed by the self_join spec and its one ``input``)."""
+
+    computation = SelfJoinRefresh
+    optimized = "self_join"
+
+    @classmethod
+    def computed_spec(cls, identity: Any) -> WindowedJoinSpec:
+        """The self_join as the stream-mode windowed join it is (``SelfJoinSpec.as_windowed_join``)."""
+        spec: SelfJoinSpec = identity
+        return spec.as_windowed_join()
+
+
+class WindowedJoinAsSelfJoinRefresh(EventJoinRefresh):
+    """A stream-mode ``windowed_join`` of one table with itself, refreshed with the self-join's one store.
+
+    The spec keeps its own identity (``left``/``right`` names, fingerprint); only the computation changes.
+    """
+
+    computation = SelfJoinRefresh
+    optimized = "self_join"
+
+    @classmethod
+    def serves(cls, spec: Any) -> bool:
+        """A stream-mode join that runs as a self-join (``WindowedJoinSpec.runs_as_self_join``)."""
+        return spec.mode == "stream" and bool(spec.runs_as_self_join)

@@ -35,18 +35,18 @@ output names untouched, and the rerun starts from it.
 
 Example::
 
-    refresh_once(EventJoinRefresh(spec := load_spec({"kind": "windowed_join", "mode": "stream",
+    refresh_once(EventJoinRefresh(load_spec({"kind": "windowed_join", "mode": "stream",
         "left": {"path": "/w/impressions", "key": ["ad_id"], "time": "shown_at", "order_by": ["offset"]},
         "right": {"path": "/w/clicks", "key": ["ad_id"], "time": "clicked_at"},
         "window": {"before": "1h", "after": "1h", "grace": "10m"}, "how": "left",
-        "output": {"path": "/w/ad_clicks"}}), spec, spark), options)
+        "output": {"path": "/w/ad_clicks"}}), spark), options)
     # {"mode": "incremental", "rows": {"inserted": 42, "pairs": 40, "unmatched": 2, "pending": 7, ...}}
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession, Window
@@ -207,89 +207,6 @@ class StreamRefreshState:
     state: StateTable
     warnings: list[str]
     names: tuple[str, str] = SIDES
-
-
-class EventJoinRefresh(KindRefresh):
-    """One refresh of a join of event streams: pin the inputs, compute with ``computation`` (a
-    :class:`StreamJoinRefresh`, or the self-join's) and append, carrying the join's state to the next.
-
-    ``identity`` is the spec the output's progress is keyed by and names the inputs (``left`` and
-    ``right``, or a self-join's one ``input``); ``spec`` says what to compute. ``optimized`` is reported in
-    the result.
-
-    >>> refresh_once(EventJoinRefresh(spec, spec, spark), options)["rows"]["pairs"]
-    40
-    """
-
-    spec: WindowedJoinSpec
-    #: What ``prepare`` resolved, read by both paths.
-    prepared: StreamRefreshState
-    append_only = True
-    replace_consequence = (
-        "Replacing re-runs the join over every input row as one refresh, so rows emitted by earlier "
-        "refreshes may differ."
-    )
-
-    def __init__(
-        self,
-        identity: Any,
-        spec: WindowedJoinSpec,
-        spark: SparkSession,
-        computation: type[StreamJoinRefresh] | None = None,
-        optimized: str | None = None,
-    ) -> None:
-        super().__init__(spec, spark, identity)
-        self.computation = computation or StreamJoinRefresh
-        self.optimized = optimized
-        names = list(self.handles)
-        self.names = (names[0], names[-1])
-        self.state = StateTable(self.output)
-        if spec.how != "inner":
-            self.state.path  # noqa: B018 - a join that keeps pending rows needs an output path: refused here, early
-
-    def inputs(self) -> dict[str, Any]:
-        return dict(self.identity.inputs())
-
-    def prepare(self, states: dict[str, TableState]) -> dict[str, InputState]:
-        handles = self.handles
-        frames = {name: input_frame(handles[name], states[name]) for name in handles}
-        by_side = dict(zip(SIDES, self.names, strict=True))
-        shape = resolve_shape(
-            self.spec,
-            {side: handles[name] for side, name in by_side.items()},
-            {side: frames[name] for side, name in by_side.items()},
-            self.names,
-        )
-        self.prepared = StreamRefreshState(
-            self.spec, shape, self.handles, states, self.state, self.warnings, self.names
-        )
-        return {name: pinned_input(handles[name], states[name], frames[name].schema) for name in handles}
-
-    def noop_rows(self) -> dict[str, Any]:
-        return _rows(self.names)
-
-    def result_fields(
-        self, refresh: RefreshContext, plan: RefreshPlan, output_version: int
-    ) -> dict[str, Any]:
-        return {"optimized": self.optimized}
-
-    def _join(self, plan: RefreshPlan, carried: CarriedState) -> StreamJoinRefresh:
-        """One path's computation (a fresh one each: a failed incremental leaves nothing to the full)."""
-        return self.computation(self.prepared, plan, carried)
-
-    def incremental(self, refresh: RefreshContext, plan: RefreshPlan) -> Written:
-        assert refresh.previous is not None
-        carried = CarriedState.from_extra(refresh.previous.extra.get(STATE_EXTRA))
-        if carried is None or (
-            carried.state_version is not None and not self.state.readable(carried.state_version)
-        ):
-            raise RebuildRequired(
-                "the join's state (stream time, pending rows) recorded by the last refresh is gone"
-            )
-        return Written(*self._join(plan, carried).run(refresh, replace=False))
-
-    def full(self, refresh: RefreshContext, plan: RefreshPlan) -> Written:
-        return Written(*self._join(plan, CarriedState.empty()).run(refresh, replace=self.output.exists()))
 
 
 @dataclass(frozen=True)
@@ -789,6 +706,91 @@ class StreamJoinRefresh:
             version, self.pending_rows = written.version, written.rows
             phase("state_written")
         return CarriedState(stream_time, observed, version, self.pending_rows)
+
+
+class EventJoinRefresh(KindRefresh):
+    """One refresh of a join of event streams: pin the inputs, compute with :attr:`computation` (a
+    :class:`StreamJoinRefresh`, or the self-join's) and append, carrying the join's state to the next.
+
+    The spec it is built with is the one the output's progress is keyed by and names the inputs (``left``
+    and ``right``, or a self-join's one ``input``); :meth:`computed_spec` says what to compute.
+    :attr:`optimized` is reported in the result.
+
+    >>> refresh_once(EventJoinRefresh(spec, spark), options)["rows"]["pairs"]
+    40
+    """
+
+    spec: WindowedJoinSpec
+    append_only = True
+    replace_consequence = (
+        "Replacing re-runs the join over every input row as one refresh, so rows emitted by earlier "
+        "refreshes may differ."
+    )
+    #: The computation one refresh runs (a subclass swaps in the self-join's one-store computation).
+    computation: ClassVar[type[StreamJoinRefresh]] = StreamJoinRefresh
+    #: What the result's ``optimized`` says (None: the join ran as written).
+    optimized: ClassVar[str | None] = None
+    #: What ``prepare`` resolved, read by both paths.
+    prepared: StreamRefreshState
+
+    def __init__(self, identity: Any, spark: SparkSession) -> None:
+        super().__init__(self.computed_spec(identity), spark, identity)
+        names = list(self.handles)
+        self.names = (names[0], names[-1])
+        self.state = StateTable(self.output)
+        if self.spec.how != "inner":
+            self.state.path  # noqa: B018 - a join that keeps pending rows needs an output path: refused here, early
+
+    @classmethod
+    def computed_spec(cls, identity: Any) -> WindowedJoinSpec:
+        """The stream-mode join to compute for ``identity`` (the spec itself here; a self_join's as the
+        windowed join it is)."""
+        spec: WindowedJoinSpec = identity
+        return spec
+
+    def inputs(self) -> dict[str, Any]:
+        return dict(self.identity.inputs())
+
+    def prepare(self, states: dict[str, TableState]) -> dict[str, InputState]:
+        handles = self.handles
+        frames = {name: input_frame(handles[name], states[name]) for name in handles}
+        by_side = dict(zip(SIDES, self.names, strict=True))
+        shape = resolve_shape(
+            self.spec,
+            {side: handles[name] for side, name in by_side.items()},
+            {side: frames[name] for side, name in by_side.items()},
+            self.names,
+        )
+        self.prepared = StreamRefreshState(
+            self.spec, shape, self.handles, states, self.state, self.warnings, self.names
+        )
+        return {name: pinned_input(handles[name], states[name], frames[name].schema) for name in handles}
+
+    def noop_rows(self) -> dict[str, Any]:
+        return _rows(self.names)
+
+    def result_fields(
+        self, refresh: RefreshContext, plan: RefreshPlan, output_version: int
+    ) -> dict[str, Any]:
+        return {"optimized": self.optimized}
+
+    def _join(self, plan: RefreshPlan, carried: CarriedState) -> StreamJoinRefresh:
+        """One path's computation (a fresh one each: a failed incremental leaves nothing to the full)."""
+        return self.computation(self.prepared, plan, carried)
+
+    def incremental(self, refresh: RefreshContext, plan: RefreshPlan) -> Written:
+        assert refresh.previous is not None
+        carried = CarriedState.from_extra(refresh.previous.extra.get(STATE_EXTRA))
+        if carried is None or (
+            carried.state_version is not None and not self.state.readable(carried.state_version)
+        ):
+            raise RebuildRequired(
+                "the join's state (stream time, pending rows) recorded by the last refresh is gone"
+            )
+        return Written(*self._join(plan, carried).run(refresh, replace=False))
+
+    def full(self, refresh: RefreshContext, plan: RefreshPlan) -> Written:
+        return Written(*self._join(plan, CarriedState.empty()).run(refresh, replace=self.output.exists()))
 
 
 #: Rows per file the join writes (output and state): a small refresh writes one file, not one per task.

@@ -15,7 +15,7 @@ end)``. Three shapes, one output keyed like the left side:
 
 Example::
 
-    refresh_once(windowed_table_join_refresh(load_spec({"kind": "windowed_join", "mode": "table",
+    refresh_once(KINDS["windowed_join"].refresh_for(load_spec({"kind": "windowed_join", "mode": "table",
         "left": {"path": "/w/errors_per_min", "key": ["service"], "window": {"start": "ws", "end": "we"}},
         "right": {"path": "/w/errors_per_min", "key": ["service"],
                   "window": {"start": "ws", "end": "we", "offset": "-7d"}},
@@ -46,12 +46,17 @@ from ..fk_join import expected_output as fk_expected_output
 SIDES = ("left", "right")
 
 
-def windowed_table_join_refresh(spec: WindowedTableJoinSpec, spark: SparkSession) -> KindRefresh:
-    """The refresh of a table-mode windowed join (see the module docstring): a foreign-key join's, with
-    its progress recorded under this spec, or the outer join's."""
-    if spec.how in ("inner", "left"):
-        return ForeignKeyJoinRefresh(foreign_key_form(spec, spark), spark, identity=spec)
-    return OuterWindowedTableJoinRefresh(spec, spark)
+class WindowedTableAsForeignKeyRefresh(ForeignKeyJoinRefresh):
+    """A table-mode windowed inner or left join, refreshed as the foreign-key join it is (module
+    docstring), with its progress recorded under this spec."""
+
+    def __init__(self, spec: WindowedTableJoinSpec, spark: SparkSession) -> None:
+        super().__init__(foreign_key_form(spec, spark), spark, identity=spec)
+
+    @classmethod
+    def serves(cls, spec: Any) -> bool:
+        """A table-mode inner or left join."""
+        return spec.mode == "table" and spec.how in ("inner", "left")
 
 
 def expected_output(
@@ -220,12 +225,19 @@ class OuterWindowedTableJoinRefresh(KindRefresh):
     """One refresh of a table-mode windowed outer join: recompute the keys either side changed."""
 
     spec: WindowedTableJoinSpec
+
     #: What ``prepare`` resolved, read by every step: each side as the join reads it, the join's
     #: columns, and each side's rows with a key (null keys never join).
     sides: dict[str, JoinInput]
     shape: OuterShape
     left_rows: DataFrame
     right_rows: DataFrame
+
+    @classmethod
+    def serves(cls, spec: Any) -> bool:
+        """A table-mode join that is not a foreign-key join's (:class:`WindowedTableAsForeignKeyRefresh`
+        is asked first)."""
+        return spec.mode == "table"
 
     def prepare(self, states: dict[str, TableState]) -> dict[str, InputState]:
         spec, handles = self.spec, self.handles
