@@ -17,7 +17,7 @@ result. If the archive cannot be built, the options are left out and the tests r
 The long-lived JVMs of a test run (each worker's session, the tests' Spark Connect server) take the client
 compiler only too (:data:`CLIENT_COMPILER_ONLY`): their plans are many and each runs a few times on tiny
 tables, so C2 rarely recoups its compiles, and its threads take the core the other worker needs. Two
-workers each running ``tests/test_self_join.py`` beside the other took 151 s with the default JIT and
+workers each running ``tests/windowed/test_self_join.py`` beside the other took 151 s with the default JIT and
 125 s with the client compiler only.
 
 >>> sorted(driver_jvm_env())  # doctest: +SKIP

@@ -63,7 +63,7 @@ def test_only_a_green_run_of_every_tier_updates_the_table():
     assert is_full_run(full)
     assert not is_full_run({**full, "exitstatus": 1})
     assert not is_full_run({**full, "markexpr": "not slow and not e2e"})
-    assert not is_full_run({**full, "args": ["tests/test_spec.py"]})
+    assert not is_full_run({**full, "args": ["tests/engine/test_spec.py"]})
     assert not is_full_run({**full, "args": ["-k", "fk"]})
 
 

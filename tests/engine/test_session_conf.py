@@ -113,7 +113,7 @@ def test_delta_jar_version_is_named_once_and_fits_the_pinned_package():
 
     from airflow_provider_fkjoin.engine import DELTA_JAR_VERSION, DELTA_MAVEN_COORDINATE
 
-    pom = (Path(__file__).resolve().parents[1] / "scripts" / "delta-jars.pom.xml").read_text()
+    pom = (Path(__file__).resolve().parents[2] / "scripts" / "delta-jars.pom.xml").read_text()
     fetched = re.search(r"<delta.version>([^<]+)</delta.version>", pom)
     assert fetched is not None and fetched.group(1) == DELTA_JAR_VERSION
     assert DELTA_MAVEN_COORDINATE.endswith(":" + DELTA_JAR_VERSION)
