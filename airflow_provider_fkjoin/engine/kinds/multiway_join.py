@@ -256,6 +256,10 @@ class MultiWayJoinRefresh(KindRefresh):
     """
 
     spec: MultiWayJoinSpec
+    #: What ``prepare`` resolved, read by every step: each input (by name) as the join reads it, and the
+    #: join's columns.
+    sides: dict[str, JoinInput]
+    shape: MultiWayShape
 
     def prepare(self, states: dict[str, TableState]) -> dict[str, InputState]:
         refs, handles = self.spec.inputs(), self.handles
@@ -269,10 +273,342 @@ class MultiWayJoinRefresh(KindRefresh):
         return _rows(self.spec)
 
     def incremental(self, refresh: RefreshContext, plan: RefreshPlan) -> Written:
-        return _incremental(self.spec, self.shape, self.sides, self.output, plan, refresh)
+        """The telescoping refresh: what it wrote. Raises :class:`RebuildRequired` when a feed cannot
+        serve."""
+        spec, shape = self.spec, self.shape
+        changes: dict[str, InputChanges] = {}
+        cached: list[DataFrame] = []
+        net: NetChanges | None = None
+        try:
+            changes = self.read_all_changes(plan)
+            phase("changes_read")
+            gone = [name for name, found in changes.items() if found.old_rows is None]
+            arity = len(shape.on)
+            if gone:
+                old, new, affected = self._recompute_changed(changes, arity)
+                reason = (
+                    f"{plan.reason}; the log of changelog input(s) {gone} cannot be read as of the consumed "
+                    "version (vacuumed), so the changed identities were recomputed from the new states and "
+                    "diffed against the output"
+                )
+            else:
+                old, new, affected = self._telescoped(changes, arity)
+                reason = plan.reason
+            net = net_changes(old, new, shape.identity, shape.value_columns)
+            others = None
+            duplicates = None
+            if shape.pkey_checked:
+                written = self._rows_to_check_pkey(net.frame)
+                if written.isEmpty():
+                    duplicates = None if spec.enforce_pkey else 0
+                else:
+                    others = self._output_rows_sharing_pkey(written, net.frame)
+                    duplicates = self.check_pkey(written, others, refresh.warnings)
+            phase("merge_started")
+            request = refresh.request("incremental", reason)
+            commit = refresh.write(
+                net if refresh.direct_write_possible(True) else None,
+                shape.identity,
+                shape.value_columns,
+                request,
+                lambda: _merge_source(net, shape, cached),
+            )
+        finally:
+            if net is not None:
+                net.release()
+            for frame in cached:
+                frame.unpersist()
+            for found in changes.values():
+                found.release()
+        counts: dict[str, Any] = {
+            "inserted": commit.inserted,
+            "updated": commit.updated,
+            "deleted": commit.deleted,
+            "join_keys": affected,
+            "changes": {name: found.changed.change_rows for name, found in changes.items()},
+            "nulls": {name: found.changed.null_keys for name, found in changes.items()},
+        }
+        if duplicates is not None:
+            counts["pkey_duplicates"] = duplicates
+        return Written(commit, _rows(spec, **counts), reason if reason != plan.reason else None)
 
     def full(self, refresh: RefreshContext, plan: RefreshPlan) -> Written:
-        return _full(self.spec, self.shape, self.sides, self.output, plan, refresh)
+        """The full rebuild: every input at its pinned version joined, its pkey checked, written over the
+        output."""
+        spec, shape, sides, output = self.spec, self.shape, self.sides, self.output
+        dropped = null_keys_of([(sides[item.name], item.key) for item in shape.inputs])
+        nulls = {item.name: count for item, count in zip(shape.inputs, dropped, strict=True)}
+        frames = [
+            prepared(item, _non_null(sides[item.name], item.key), F.lit(UNCHANGED)) for item in shape.inputs
+        ]
+        phase("changes_read")
+        arity = len(shape.on)
+        self.guard_buckets([frames], arity)
+        joined = join_all(frames, arity).select(*[quote(c) for c in shape.value_columns + shape.identity])
+        if shape.pkey_checked:
+            joined = joined.persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            duplicates = self.check_pkey(joined, None, refresh.warnings)
+            phase("merge_started")
+            commit = write_full_output(
+                output, joined, shape.identity, shape.value_columns, refresh.request("full", plan.reason)
+            )
+        finally:
+            joined.unpersist()
+        counts: dict[str, Any] = {
+            "inserted": commit.inserted,
+            "updated": commit.updated,
+            "deleted": commit.deleted,
+        }
+        if duplicates is not None:
+            counts["pkey_duplicates"] = duplicates
+        return Written(commit, _rows(spec, **counts, nulls=nulls))
+
+    # -- the N:M guard and the pkey check --------------------------------------------------------------
+
+    def guard_buckets(self, states: list[list[DataFrame]], arity: int) -> None:
+        """Fail before joining when a join key's bucket-size product exceeds ``max_rows_per_join_key``.
+
+        ``states`` holds, per state considered (new, old), each input's prepared rows; a key's bucket size
+        for an input is its largest over those states. Only counts are computed (one aggregation per frame).
+        """
+        spec, shape = self.spec, self.shape
+        on = _on_names(arity)
+        sized = []
+        for index in range(len(shape.inputs)):
+            counts = [frames[index].groupBy(*on).agg(F.count(F.lit(1)).alias("n")) for frames in states]
+            size = (
+                reduce(lambda a, b: a.unionByName(b), counts).groupBy(*on).agg(F.max("n").alias(f"n{index}"))
+            )
+            sized.append(size)
+        products = reduce(lambda a, b: a.join(b, on=on, how="inner"), sized)
+        product = reduce(
+            lambda a, b: a * b, [F.col(f"n{i}").cast("double") for i in range(len(shape.inputs))]
+        )
+        worst = (
+            products.where(product > F.lit(float(spec.max_rows_per_join_key))).orderBy(product.desc()).first()
+        )
+        if worst is None:
+            return
+        key = ", ".join(f"{shape.on[p]}={worst[f'{ON_PREFIX}{p}']!r}" for p in range(arity))
+        sizes = " x ".join(f"{item.name} {worst[f'n{i}']}" for i, item in enumerate(shape.inputs))
+        rows = reduce(lambda a, b: a * b, [int(worst[f"n{i}"]) for i in range(len(shape.inputs))])
+        raise InputDataError(
+            f"join key ({key}) would produce {rows} output rows "
+            f"({sizes}), more than max_rows_per_join_key ({spec.max_rows_per_join_key}): an N:M explosion. "
+            "Fix the data, or raise max_rows_per_join_key if the key really fans out that far; nothing was "
+            "written."
+        )
+
+    def check_pkey(self, rows: DataFrame, others: DataFrame | None, warnings: list[str]) -> int | None:
+        """Check ``output.pkey`` over ``rows`` (and ``others``, the output rows they join): an
+        InputDataError naming the smallest repeated key (the same one on every run) and the input that
+        repeats it, or, with ``enforce_pkey: false``, the count of repeated pkey values (None when there
+        is no pkey, or it holds every input's key)."""
+        spec, shape = self.spec, self.shape
+        if not shape.pkey_checked or shape.pkey is None:
+            return None
+        pkey = [quote(c) for c in shape.pkey]
+        candidates = rows.select(*pkey, *[quote(c) for c in shape.identity])
+        if others is not None:
+            candidates = candidates.unionByName(others.select(*pkey, *[quote(c) for c in shape.identity]))
+        repeated = candidates.groupBy(*pkey).agg(F.count(F.lit(1)).alias("_fkjoin_n")).where("_fkjoin_n > 1")
+        if not spec.enforce_pkey:
+            found = repeated.count()
+            if found:
+                warnings.append(
+                    f"output.pkey {shape.pkey} is not unique: {found} value(s) repeat among the rows this "
+                    "refresh wrote and the output rows sharing their pkey; the output keeps every row "
+                    "(its identity is the inputs' keys)"
+                )
+            return found
+        example = repeated.orderBy(*pkey).first()
+        if example is None:
+            return None
+        value = {c: example[c] for c in shape.pkey}
+        clash = candidates
+        for column, wanted in value.items():
+            clash = clash.where(F.col(quote(column)).eqNullSafe(F.lit(wanted)))
+        clashing = clash.limit(20).collect()
+        culprits = [
+            item.name
+            for item in shape.inputs
+            if len({tuple(row[hidden] for _, hidden in item.identity) for row in clashing}) > 1
+        ]
+        shown = ", ".join(f"{c}={v!r}" for c, v in value.items())
+        raise InputDataError(
+            f"output.pkey {shape.pkey}: ({shown}) repeats {example['_fkjoin_n']} times; input "
+            f"{' and '.join(repr(c) for c in culprits)} gives it several rows. A pkey must identify one "
+            f"output row: add {culprits[0] if culprits else 'that input'}'s key to pkey, or set "
+            "enforce_pkey: false to keep every row; nothing was written."
+        )
+
+    def _rows_to_check_pkey(self, frame: DataFrame) -> DataFrame:
+        """The rows of net changes ``frame`` whose pkey may repeat another row's: every insert and update,
+        or, with ``enforce_pkey``, only the inserts and the updates that change the pkey's value. Every
+        refresh checked the output then, so it repeats no pkey and an update keeping its pkey cannot add a
+        repeat; the usual refresh (values change, pkeys stay) then reads nothing of the output."""
+        spec, shape = self.spec, self.shape
+        assert shape.pkey is not None
+        if not spec.enforce_pkey:
+            return frame.where(F.col(CHANGE).isin("insert", "update"))
+        kept = reduce(
+            lambda a, b: a & b,
+            [F.col(quote(c)).eqNullSafe(F.col(quote(PRE_IMAGE + c))) for c in shape.pkey],
+        )
+        return frame.where((F.col(CHANGE) == "insert") | ((F.col(CHANGE) == "update") & ~kept))
+
+    def _output_rows_sharing_pkey(self, written: DataFrame, frame: DataFrame) -> DataFrame:
+        """The output's rows (pkey and identity) that share a pkey with a row in ``written``, except the
+        rows this refresh deletes or writes again (``written``'s updates)."""
+        shape, output = self.shape, self.output
+        assert shape.pkey is not None
+        pkey = [quote(c) for c in shape.pkey]
+        identity = [quote(c) for c in shape.identity]
+        wanted = written.select(*pkey).distinct()
+        replaced = (
+            frame.where(F.col(CHANGE) == "delete")
+            .select(*identity)
+            .unionByName(written.where(F.col(CHANGE) == "update").select(*identity))
+        )
+        return (
+            output.read()
+            .select(*pkey, *identity)
+            .join(F.broadcast(wanted), on=list(shape.pkey), how="left_semi")
+            .join(replaced, on=list(shape.identity), how="left_anti")
+        )
+
+    # -- the incremental refresh -----------------------------------------------------------------------
+
+    def read_all_changes(self, plan: RefreshPlan) -> dict[str, InputChanges]:
+        """Each changed input's changed keys with their new and old rows, the feeds read by one Spark
+        action (old rows: None when a changelog's log cannot be read as of the consumed version)."""
+        shape, sides = self.shape, self.sides
+        changed = [item for item in shape.inputs if plan.from_versions[item.name] != sides[item.name].version]
+        opened: list[ChangedKeys] = []
+        changes: dict[str, InputChanges] = {}
+        try:
+            feeds = read_changes_of(
+                [(sides[item.name], item.key, _consumed(plan, item.name)) for item in changed],
+                opened,
+                images=True,
+            )
+            for item, found in zip(changed, feeds, strict=True):
+                side = sides[item.name]
+                if side.changelog is None:
+                    assert found.after is not None and found.before is not None
+                    changes[item.name] = InputChanges(found, found.after, found.before)
+                else:
+                    changes[item.name] = _changelog_images(item, side, found, _consumed(plan, item.name))
+        except BaseException:
+            for frame in opened:  # e.g. a changelog's events failed their check after the feeds were read
+                frame.release()
+            for done in changes.values():
+                done.release()
+            raise
+        return changes
+
+    def _check_identities(self, states: list[DataFrame]) -> None:
+        """Fail on an input key repeated in a state; one job for every input, which also computes and
+        keeps the states (their lineage cut)."""
+        shape, sides = self.shape, self.sides
+        check_keys_of(
+            [
+                _identity_check(item, sides[item.name], state)
+                for item, state in zip(shape.inputs, states, strict=True)
+            ]
+        )
+
+    def _telescoped(self, changes: dict[str, InputChanges], arity: int) -> tuple[DataFrame, DataFrame, int]:
+        """(old rows, new rows, affected join keys) of the identities this refresh changes, by the
+        telescoping rule (module docstring)."""
+        shape, sides = self.shape, self.sides
+        images = [
+            prepared(item, frame, F.lit(NEW_IMAGE))
+            for item in shape.inputs
+            if item.name in changes and changes[item.name].count
+            for frame in (changes[item.name].new_rows, changes[item.name].old_rows)
+            if frame is not None
+        ]
+        if not images:
+            none = self._empty()
+            return none, none, 0
+        keys, affected = _affected_join_keys(images, arity)
+        # a changed input's change (delta) is its new rows (weight +1) and its old rows (weight -1)
+        deltas: dict[str, DataFrame] = {}
+        new_states = [
+            _state(item, sides[item.name], keys, affected, arity, changes.get(item.name))
+            for item in shape.inputs
+        ]
+        self._check_identities(new_states)
+        old_states: list[DataFrame] = []
+        for item, state in zip(shape.inputs, new_states, strict=True):
+            found = changes.get(item.name)
+            if found is None or found.count == 0:
+                old_states.append(state)
+                continue
+            assert found.old_rows is not None
+            tag = F.col(TAG_PREFIX + item.name)
+            minus = cut_lineage(prepared(item, found.old_rows, F.lit(OLD_IMAGE), F.lit(-1)), eager=False)
+            deltas[item.name] = state.where(tag == NEW_IMAGE).withColumn(WEIGHT, F.lit(1)).unionByName(minus)
+            old_states.append(state.where(tag == UNCHANGED).unionByName(minus.drop(WEIGHT)))
+        self.guard_buckets([new_states, old_states], arity)
+        terms = []
+        for index, item in enumerate(shape.inputs):
+            if item.name not in deltas:
+                continue
+            frames = [*new_states[:index], deltas[item.name], *old_states[index + 1 :]]
+            # the change first: the join grows from the few changed rows, not from a whole input
+            order = [frames[index], *frames[:index], *frames[index + 1 :]]
+            terms.append(join_all(order, arity))
+        tags = [TAG_PREFIX + item.name for item in shape.inputs]
+        summed = (
+            reduce(lambda a, b: a.unionByName(b), terms)
+            .groupBy(*[quote(c) for c in shape.identity], *tags)
+            .agg(F.sum(WEIGHT).alias(WEIGHT), *[F.any_value(quote(c)).alias(c) for c in shape.value_columns])
+            .where(F.col(WEIGHT) != 0)
+        )
+        summed = cut_lineage(summed)
+        columns = [quote(c) for c in shape.identity + shape.value_columns]
+        new = summed.where(F.col(WEIGHT) > 0).select(*columns)
+        old = summed.where(F.col(WEIGHT) < 0).select(*columns)
+        return old, new, affected
+
+    def _empty(self) -> DataFrame:
+        """The join's identity and output columns, with no rows (when no input changed a row)."""
+        shape, sides = self.shape, self.sides
+        frames = [prepared(item, sides[item.name].rows.limit(0), F.lit(UNCHANGED)) for item in shape.inputs]
+        return join_all(frames, len(shape.on)).select(
+            *[quote(c) for c in shape.identity + shape.value_columns]
+        )
+
+    def _recompute_changed(
+        self, changes: dict[str, InputChanges], arity: int
+    ) -> tuple[DataFrame, DataFrame, int]:
+        """The fallback when an old snapshot is gone: the output rows holding a changed key (old) and the
+        new join's rows holding one (new), recomputed over the join keys the new images touch."""
+        shape, sides, output = self.shape, self.sides, self.output
+        columns = [quote(c) for c in shape.identity + shape.value_columns]
+        plus = [
+            prepared(item, changes[item.name].new_rows, F.lit(NEW_IMAGE))
+            for item in shape.inputs
+            if item.name in changes
+        ]
+        keys, affected = _affected_join_keys(plus, arity)
+        frames = [
+            _state(item, sides[item.name], keys, affected, arity, changes.get(item.name))
+            for item in shape.inputs
+        ]
+        self._check_identities(frames)
+        self.guard_buckets([frames], arity)
+        joined = join_all(frames, arity)
+        any_new = reduce(
+            lambda a, b: a | b, [F.col(TAG_PREFIX + item.name) == NEW_IMAGE for item in shape.inputs]
+        )
+        new = joined.where(any_new).select(*columns)
+        flagged, hit = _identity_flags(shape, output.read().select(*columns), changes)
+        old = flagged.where(hit).select(*columns)
+        return old, new, affected
 
 
 def _rows(spec: MultiWayJoinSpec, **counts: Any) -> dict[str, Any]:
@@ -294,155 +630,7 @@ def _non_null(side: JoinInput, key: list[str]) -> DataFrame:
     return side.rows.where(~key_is_null(key))
 
 
-def _full(
-    spec: MultiWayJoinSpec,
-    shape: MultiWayShape,
-    sides: dict[str, JoinInput],
-    output: DeltaHandle,
-    plan: RefreshPlan,
-    refresh: RefreshContext,
-) -> Written:
-    dropped = null_keys_of([(sides[item.name], item.key) for item in shape.inputs])
-    nulls = {item.name: count for item, count in zip(shape.inputs, dropped, strict=True)}
-    frames = [
-        prepared(item, _non_null(sides[item.name], item.key), F.lit(UNCHANGED)) for item in shape.inputs
-    ]
-    phase("changes_read")
-    arity = len(shape.on)
-    guard_buckets(spec, shape, [frames], arity)
-    joined = join_all(frames, arity).select(*[quote(c) for c in shape.value_columns + shape.identity])
-    if shape.pkey_checked:
-        joined = joined.persist(StorageLevel.MEMORY_AND_DISK)
-    try:
-        duplicates = check_pkey(spec, shape, joined, None, refresh.warnings)
-        phase("merge_started")
-        commit = write_full_output(
-            output, joined, shape.identity, shape.value_columns, refresh.request("full", plan.reason)
-        )
-    finally:
-        joined.unpersist()
-    counts: dict[str, Any] = {
-        "inserted": commit.inserted,
-        "updated": commit.updated,
-        "deleted": commit.deleted,
-    }
-    if duplicates is not None:
-        counts["pkey_duplicates"] = duplicates
-    return Written(commit, _rows(spec, **counts, nulls=nulls))
-
-
-# -- the N:M guard and the pkey check ------------------------------------------------------------------
-
-
-def guard_buckets(
-    spec: MultiWayJoinSpec, shape: MultiWayShape, states: list[list[DataFrame]], arity: int
-) -> None:
-    """Fail before joining when a join key's bucket-size product exceeds ``max_rows_per_join_key``.
-
-    ``states`` holds, per state considered (new, old), each input's prepared rows; a key's bucket size
-    for an input is its largest over those states. Only counts are computed (one aggregation per frame).
-    """
-    on = _on_names(arity)
-    sized = []
-    for index in range(len(shape.inputs)):
-        counts = [frames[index].groupBy(*on).agg(F.count(F.lit(1)).alias("n")) for frames in states]
-        size = reduce(lambda a, b: a.unionByName(b), counts).groupBy(*on).agg(F.max("n").alias(f"n{index}"))
-        sized.append(size)
-    products = reduce(lambda a, b: a.join(b, on=on, how="inner"), sized)
-    product = reduce(lambda a, b: a * b, [F.col(f"n{i}").cast("double") for i in range(len(shape.inputs))])
-    worst = products.where(product > F.lit(float(spec.max_rows_per_join_key))).orderBy(product.desc()).first()
-    if worst is None:
-        return
-    key = ", ".join(f"{shape.on[p]}={worst[f'{ON_PREFIX}{p}']!r}" for p in range(arity))
-    sizes = " x ".join(f"{item.name} {worst[f'n{i}']}" for i, item in enumerate(shape.inputs))
-    rows = reduce(lambda a, b: a * b, [int(worst[f"n{i}"]) for i in range(len(shape.inputs))])
-    raise InputDataError(
-        f"join key ({key}) would produce {rows} output rows "
-        f"({sizes}), more than max_rows_per_join_key ({spec.max_rows_per_join_key}): an N:M explosion. Fix "
-        "the data, or raise max_rows_per_join_key if the key really fans out that far; nothing was written."
-    )
-
-
-def check_pkey(
-    spec: MultiWayJoinSpec,
-    shape: MultiWayShape,
-    rows: DataFrame,
-    others: DataFrame | None,
-    warnings: list[str],
-) -> int | None:
-    """Check ``output.pkey`` over ``rows`` (and ``others``, the output rows they join): an InputDataError
-    naming the smallest repeated key (the same one on every run) and the input that repeats it, or, with
-    ``enforce_pkey: false``, the count of repeated pkey values (None when there is no pkey, or it holds
-    every input's key)."""
-    if not shape.pkey_checked or shape.pkey is None:
-        return None
-    pkey = [quote(c) for c in shape.pkey]
-    candidates = rows.select(*pkey, *[quote(c) for c in shape.identity])
-    if others is not None:
-        candidates = candidates.unionByName(others.select(*pkey, *[quote(c) for c in shape.identity]))
-    repeated = candidates.groupBy(*pkey).agg(F.count(F.lit(1)).alias("_fkjoin_n")).where("_fkjoin_n > 1")
-    if not spec.enforce_pkey:
-        found = repeated.count()
-        if found:
-            warnings.append(
-                f"output.pkey {shape.pkey} is not unique: {found} value(s) repeat among the rows this "
-                "refresh wrote and the output rows sharing their pkey; the output keeps every row "
-                "(its identity is the inputs' keys)"
-            )
-        return found
-    example = repeated.orderBy(*pkey).first()
-    if example is None:
-        return None
-    value = {c: example[c] for c in shape.pkey}
-    clash = candidates
-    for column, wanted in value.items():
-        clash = clash.where(F.col(quote(column)).eqNullSafe(F.lit(wanted)))
-    clashing = clash.limit(20).collect()
-    culprits = [
-        item.name
-        for item in shape.inputs
-        if len({tuple(row[hidden] for _, hidden in item.identity) for row in clashing}) > 1
-    ]
-    shown = ", ".join(f"{c}={v!r}" for c, v in value.items())
-    raise InputDataError(
-        f"output.pkey {shape.pkey}: ({shown}) repeats {example['_fkjoin_n']} times; input "
-        f"{' and '.join(repr(c) for c in culprits)} gives it several rows. A pkey must identify one output "
-        f"row: add {culprits[0] if culprits else 'that input'}'s key to pkey, or set enforce_pkey: false to "
-        "keep every row; nothing was written."
-    )
-
-
-# -- the incremental refresh ---------------------------------------------------------------------------
-
-
-def read_all_changes(
-    shape: MultiWayShape, sides: dict[str, JoinInput], plan: RefreshPlan
-) -> dict[str, InputChanges]:
-    """Each changed input's changed keys with their new and old rows, the feeds read by one Spark action
-    (old rows: None when a changelog's log cannot be read as of the consumed version)."""
-    changed = [item for item in shape.inputs if plan.from_versions[item.name] != sides[item.name].version]
-    opened: list[ChangedKeys] = []
-    changes: dict[str, InputChanges] = {}
-    try:
-        feeds = read_changes_of(
-            [(sides[item.name], item.key, _consumed(plan, item.name)) for item in changed],
-            opened,
-            images=True,
-        )
-        for item, found in zip(changed, feeds, strict=True):
-            side = sides[item.name]
-            if side.changelog is None:
-                assert found.after is not None and found.before is not None
-                changes[item.name] = InputChanges(found, found.after, found.before)
-            else:
-                changes[item.name] = _changelog_images(item, side, found, _consumed(plan, item.name))
-    except BaseException:
-        for frame in opened:  # e.g. a changelog's events failed their check after the feeds were read
-            frame.release()
-        for done in changes.values():
-            done.release()
-        raise
-    return changes
+# -- one input's part of the incremental refresh, and the MERGE source --------------------------------
 
 
 def _consumed(plan: RefreshPlan, name: str) -> int:
@@ -480,72 +668,6 @@ def _changelog_images(item: InputShape, side: JoinInput, found: ChangedKeys, aft
     return InputChanges(found, new_rows, old_rows, cached)
 
 
-def _incremental(
-    spec: MultiWayJoinSpec,
-    shape: MultiWayShape,
-    sides: dict[str, JoinInput],
-    output: DeltaHandle,
-    plan: RefreshPlan,
-    refresh: RefreshContext,
-) -> Written:
-    """The telescoping refresh: what it wrote. Raises :class:`RebuildRequired` when a feed cannot serve."""
-    changes: dict[str, InputChanges] = {}
-    cached: list[DataFrame] = []
-    net: NetChanges | None = None
-    try:
-        changes = read_all_changes(shape, sides, plan)
-        phase("changes_read")
-        gone = [name for name, found in changes.items() if found.old_rows is None]
-        arity = len(shape.on)
-        if gone:
-            old, new, affected = _recompute_changed(spec, shape, sides, output, changes, arity)
-            reason = (
-                f"{plan.reason}; the log of changelog input(s) {gone} cannot be read as of the consumed "
-                "version (vacuumed), so the changed identities were recomputed from the new states and "
-                "diffed against the output"
-            )
-        else:
-            old, new, affected = _telescoped(spec, shape, sides, changes, arity)
-            reason = plan.reason
-        net = net_changes(old, new, shape.identity, shape.value_columns)
-        others = None
-        duplicates = None
-        if shape.pkey_checked:
-            written = _rows_to_check_pkey(spec, shape, net.frame)
-            if written.isEmpty():
-                duplicates = None if spec.enforce_pkey else 0
-            else:
-                others = _output_rows_sharing_pkey(shape, output, written, net.frame)
-                duplicates = check_pkey(spec, shape, written, others, refresh.warnings)
-        phase("merge_started")
-        request = refresh.request("incremental", reason)
-        commit = refresh.write(
-            net if refresh.direct_write_possible(True) else None,
-            shape.identity,
-            shape.value_columns,
-            request,
-            lambda: _merge_source(net, shape, cached),
-        )
-    finally:
-        if net is not None:
-            net.release()
-        for frame in cached:
-            frame.unpersist()
-        for found in changes.values():
-            found.release()
-    counts: dict[str, Any] = {
-        "inserted": commit.inserted,
-        "updated": commit.updated,
-        "deleted": commit.deleted,
-        "join_keys": affected,
-        "changes": {name: found.changed.change_rows for name, found in changes.items()},
-        "nulls": {name: found.changed.null_keys for name, found in changes.items()},
-    }
-    if duplicates is not None:
-        counts["pkey_duplicates"] = duplicates
-    return Written(commit, _rows(spec, **counts), reason if reason != plan.reason else None)
-
-
 def _affected_join_keys(frames: list[DataFrame], arity: int) -> tuple[DataFrame, int]:
     on = _on_names(arity)
     keys = reduce(lambda a, b: a.unionByName(b), [frame.select(*on) for frame in frames]).distinct()
@@ -565,17 +687,6 @@ def _identity_check(item: InputShape, side: JoinInput, state: DataFrame) -> KeyC
     """The key check of a prepared state, naming the input's key columns (not the hidden identity)."""
     keys = state.select(*[F.col(quote(hidden)).alias(source) for source, hidden in item.identity])
     return KeyCheck(keys, item.key, side.handle, side.version)
-
-
-def _check_identities(shape: MultiWayShape, sides: dict[str, JoinInput], states: list[DataFrame]) -> None:
-    """Fail on an input key repeated in a state; one job for every input, which also computes and keeps
-    the states (their lineage cut)."""
-    check_keys_of(
-        [
-            _identity_check(item, sides[item.name], state)
-            for item, state in zip(shape.inputs, states, strict=True)
-        ]
-    )
 
 
 def _changed_state(
@@ -607,77 +718,12 @@ def _state(
 ) -> DataFrame:
     """An input's state for the affected join keys ``keys``: its pinned snapshot's rows on them, prepared
     (tagged NEW_IMAGE where the key changed, with every row of a changed key), kept under a cut lineage
-    by the first job that reads it (:func:`_check_identities`)."""
+    by the first job that reads it (:meth:`MultiWayJoinRefresh._check_identities`)."""
     if found is None or found.count == 0:
         rows = prepared(item, _restricted(item, side, keys, affected, arity), F.lit(UNCHANGED))
     else:
         rows = _changed_state(item, side, keys, affected, arity, found)
     return cut_lineage(rows, eager=False)
-
-
-def _telescoped(
-    spec: MultiWayJoinSpec,
-    shape: MultiWayShape,
-    sides: dict[str, JoinInput],
-    changes: dict[str, InputChanges],
-    arity: int,
-) -> tuple[DataFrame, DataFrame, int]:
-    """(old rows, new rows, affected join keys) of the identities this refresh changes, by the
-    telescoping rule (module docstring)."""
-    images = [
-        prepared(item, frame, F.lit(NEW_IMAGE))
-        for item in shape.inputs
-        if item.name in changes and changes[item.name].count
-        for frame in (changes[item.name].new_rows, changes[item.name].old_rows)
-        if frame is not None
-    ]
-    if not images:
-        none = _empty(shape, sides)
-        return none, none, 0
-    keys, affected = _affected_join_keys(images, arity)
-    # a changed input's change (delta) is its new rows (weight +1) and its old rows (weight -1)
-    deltas: dict[str, DataFrame] = {}
-    new_states = [
-        _state(item, sides[item.name], keys, affected, arity, changes.get(item.name)) for item in shape.inputs
-    ]
-    _check_identities(shape, sides, new_states)
-    old_states: list[DataFrame] = []
-    for item, state in zip(shape.inputs, new_states, strict=True):
-        found = changes.get(item.name)
-        if found is None or found.count == 0:
-            old_states.append(state)
-            continue
-        assert found.old_rows is not None
-        tag = F.col(TAG_PREFIX + item.name)
-        minus = cut_lineage(prepared(item, found.old_rows, F.lit(OLD_IMAGE), F.lit(-1)), eager=False)
-        deltas[item.name] = state.where(tag == NEW_IMAGE).withColumn(WEIGHT, F.lit(1)).unionByName(minus)
-        old_states.append(state.where(tag == UNCHANGED).unionByName(minus.drop(WEIGHT)))
-    guard_buckets(spec, shape, [new_states, old_states], arity)
-    terms = []
-    for index, item in enumerate(shape.inputs):
-        if item.name not in deltas:
-            continue
-        frames = [*new_states[:index], deltas[item.name], *old_states[index + 1 :]]
-        # the change first: the join grows from the few changed rows, not from a whole input
-        order = [frames[index], *frames[:index], *frames[index + 1 :]]
-        terms.append(join_all(order, arity))
-    tags = [TAG_PREFIX + item.name for item in shape.inputs]
-    summed = (
-        reduce(lambda a, b: a.unionByName(b), terms)
-        .groupBy(*[quote(c) for c in shape.identity], *tags)
-        .agg(F.sum(WEIGHT).alias(WEIGHT), *[F.any_value(quote(c)).alias(c) for c in shape.value_columns])
-        .where(F.col(WEIGHT) != 0)
-    )
-    summed = cut_lineage(summed)
-    columns = [quote(c) for c in shape.identity + shape.value_columns]
-    new = summed.where(F.col(WEIGHT) > 0).select(*columns)
-    old = summed.where(F.col(WEIGHT) < 0).select(*columns)
-    return old, new, affected
-
-
-def _empty(shape: MultiWayShape, sides: dict[str, JoinInput]) -> DataFrame:
-    frames = [prepared(item, sides[item.name].rows.limit(0), F.lit(UNCHANGED)) for item in shape.inputs]
-    return join_all(frames, len(shape.on)).select(*[quote(c) for c in shape.identity + shape.value_columns])
 
 
 def _identity_flags(
@@ -696,75 +742,6 @@ def _identity_flags(
         rows = rows.join(maybe_broadcast(keys, found.count), on=[h for _, h in item.identity], how="left")
         hit = hit | F.coalesce(F.col(flag), F.lit(False))
     return rows, hit
-
-
-def _recompute_changed(
-    spec: MultiWayJoinSpec,
-    shape: MultiWayShape,
-    sides: dict[str, JoinInput],
-    output: DeltaHandle,
-    changes: dict[str, InputChanges],
-    arity: int,
-) -> tuple[DataFrame, DataFrame, int]:
-    """The fallback when an old snapshot is gone: the output rows holding a changed key (old) and the new
-    join's rows holding one (new), recomputed over the join keys the new images touch."""
-    columns = [quote(c) for c in shape.identity + shape.value_columns]
-    plus = [
-        prepared(item, changes[item.name].new_rows, F.lit(NEW_IMAGE))
-        for item in shape.inputs
-        if item.name in changes
-    ]
-    keys, affected = _affected_join_keys(plus, arity)
-    frames = [
-        _state(item, sides[item.name], keys, affected, arity, changes.get(item.name)) for item in shape.inputs
-    ]
-    _check_identities(shape, sides, frames)
-    guard_buckets(spec, shape, [frames], arity)
-    joined = join_all(frames, arity)
-    any_new = reduce(
-        lambda a, b: a | b, [F.col(TAG_PREFIX + item.name) == NEW_IMAGE for item in shape.inputs]
-    )
-    new = joined.where(any_new).select(*columns)
-    flagged, hit = _identity_flags(shape, output.read().select(*columns), changes)
-    old = flagged.where(hit).select(*columns)
-    return old, new, affected
-
-
-def _rows_to_check_pkey(spec: MultiWayJoinSpec, shape: MultiWayShape, frame: DataFrame) -> DataFrame:
-    """The rows of net changes ``frame`` whose pkey may repeat another row's: every insert and update, or,
-    with ``enforce_pkey``, only the inserts and the updates that change the pkey's value. Every refresh
-    checked the output then, so it repeats no pkey and an update keeping its pkey cannot add a repeat;
-    the usual refresh (values change, pkeys stay) then reads nothing of the output."""
-    assert shape.pkey is not None
-    if not spec.enforce_pkey:
-        return frame.where(F.col(CHANGE).isin("insert", "update"))
-    kept = reduce(
-        lambda a, b: a & b,
-        [F.col(quote(c)).eqNullSafe(F.col(quote(PRE_IMAGE + c))) for c in shape.pkey],
-    )
-    return frame.where((F.col(CHANGE) == "insert") | ((F.col(CHANGE) == "update") & ~kept))
-
-
-def _output_rows_sharing_pkey(
-    shape: MultiWayShape, output: DeltaHandle, written: DataFrame, frame: DataFrame
-) -> DataFrame:
-    """The output's rows (pkey and identity) that share a pkey with a row in ``written``, except the rows
-    this refresh deletes or writes again (``written``'s updates)."""
-    assert shape.pkey is not None
-    pkey = [quote(c) for c in shape.pkey]
-    identity = [quote(c) for c in shape.identity]
-    wanted = written.select(*pkey).distinct()
-    replaced = (
-        frame.where(F.col(CHANGE) == "delete")
-        .select(*identity)
-        .unionByName(written.where(F.col(CHANGE) == "update").select(*identity))
-    )
-    return (
-        output.read()
-        .select(*pkey, *identity)
-        .join(F.broadcast(wanted), on=list(shape.pkey), how="left_semi")
-        .join(replaced, on=list(shape.identity), how="left_anti")
-    )
 
 
 def _merge_source(net: NetChanges, shape: MultiWayShape, cached: list[DataFrame]) -> DataFrame:
