@@ -16,6 +16,7 @@ from .refs import (
     _KindSpec,
     _Strict,
     check_column_name,
+    check_columns_leave_the_key,
     check_distinct_locations,
     check_projection,
 )
@@ -88,13 +89,7 @@ class ForeignKeyJoinSpec(_KindSpec):
                 f"foreign_key has {arity} part(s) but right.key {self.right.key} has {len(self.right.key)}: "
                 "give one left column (or expression) per right key column, in order"
             )
-        if self.columns:
-            clash = sorted(set(self.columns) & set(self.left.key))
-            if clash:
-                raise ValueError(
-                    f"columns: {clash} are the output key (the left key) and are always included; "
-                    "drop them from columns or rename them"
-                )
+        check_columns_leave_the_key(self.columns, self.left.key, "the left key")
         check_distinct_locations(self.output, dict(self.inputs()))
         return self
 

@@ -145,6 +145,23 @@ class OutputRef(TableRef):
         return value
 
 
+def check_columns_leave_the_key(columns: dict[str, str] | None, key: list[str], key_is: str) -> None:
+    """Refuse ``columns`` that name an output key column: the key is always in the output, so a projection
+    naming it again would be a second column of the same name. ``key_is`` says what the key is made of.
+
+    >>> check_columns_leave_the_key({"total": "l.amount"}, ["id"], "the left key")  # fine: no clash
+    >>> check_columns_leave_the_key({"id": "l.id"}, ["id"], "the left key")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ValueError: columns: ['id'] are the output key (the left key) and are always included; ...
+    """
+    clash = sorted(set(columns or {}) & set(key))
+    if clash:
+        raise ValueError(
+            f"columns: {clash} are the output key ({key_is}) and are always included; "
+            "drop them from columns or rename them"
+        )
+
+
 def check_distinct_locations(output: TableRef, inputs: dict[str, TableRef]) -> None:
     """Refuse an output that is an input, sits inside one, or contains one (ValueError naming the side).
 

@@ -17,6 +17,7 @@ from .refs import (
     _KindSpec,
     _Strict,
     check_column_name,
+    check_columns_leave_the_key,
     check_distinct_locations,
     check_projection,
 )
@@ -376,13 +377,7 @@ class WindowedTableJoinSpec(_KindSpec):
             raise ValueError(
                 "how: a windowed table enriched from a plain table is a foreign-key join: inner or left only"
             )
-        if self.columns:
-            clash = sorted(set(self.columns) & set(self.left.full_key))
-            if clash:
-                raise ValueError(
-                    f"columns: {clash} are the output key (the left key and window) and are always included; "
-                    "drop them from columns or rename them"
-                )
+        check_columns_leave_the_key(self.columns, self.left.full_key, "the left key and window")
         check_distinct_locations(self.output, dict(self.inputs()))
         return self
 
