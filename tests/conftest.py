@@ -55,11 +55,8 @@ def pytest_itemcollected(item: pytest.Item) -> None:
 def spark():
     """The one SparkSession of a test run: local[2], 2 shuffle partitions, Delta on; Delta's state in one
     partition and compiled plans kept, as the engine's own sessions do (a tiny refresh costs about a
-    quarter less CPU); the client compiler only (``driver_jvm.CLIENT_COMPILER_ONLY``)."""
-    from driver_jvm import CLIENT_COMPILER_ONLY
-
+    quarter less CPU); the default JIT (see ``driver_jvm``: a long-lived JVM needs C2)."""
     from airflow_provider_fkjoin.engine import get_spark
-    from airflow_provider_fkjoin.engine.runtime.session import DEFAULT_CONF
 
     session = get_spark(
         "local[2]",
@@ -73,9 +70,6 @@ def spark():
             # needing contiguous free regions, and a broadcast build once failed in a full run with
             # "Not enough memory to build and broadcast" (a subset's heap stays under 1 GB after GC)
             "spark.buffer.pageSize": "8m",
-            "spark.driver.extraJavaOptions": " ".join(
-                (DEFAULT_CONF["spark.driver.extraJavaOptions"], CLIENT_COMPILER_ONLY)
-            ),
         },
         app_name="fkjoin-tests",
     )

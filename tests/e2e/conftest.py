@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from driver_jvm import CLIENT_COMPILER_ONLY
 from e2e_support import Service, free_port, http_json, wait_for
 
 # Airflow reads AIRFLOW_HOME when first imported (the hook imports it): never touch ~/airflow.
@@ -129,8 +128,7 @@ def _accepts(port: int) -> bool:
 
 @pytest.fixture(scope="module")
 def spark_connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkConnectServer]:
-    """``fkjoin connect-server`` on 127.0.0.1 (local[2], 2 GiB, 2 shuffle partitions, the client compiler
-    only as every JVM of a test run: ``driver_jvm.CLIENT_COMPILER_ONLY``), ready when its
+    """``fkjoin connect-server`` on 127.0.0.1 (local[2], 2 GiB, 2 shuffle partitions), ready when its
     gRPC port accepts connections; stopped by PID at the end."""
     import sys
 
@@ -147,7 +145,6 @@ def spark_connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S
         **os.environ,
         "SPARK_LOCAL_IP": "127.0.0.1",
         "PYSPARK_PYTHON": sys.executable,
-        "SPARK_SUBMIT_OPTS": CLIENT_COMPILER_ONLY,
     }
     server = Service("spark-connect", argv, root / "server.log", env=env, cwd=root)
     try:
