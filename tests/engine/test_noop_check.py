@@ -5,7 +5,6 @@ and the inputs' own versions read back; the check must also say None whenever th
 
 from __future__ import annotations
 
-import copy
 import json
 import shutil
 import subprocess
@@ -16,7 +15,7 @@ import pytest
 from delta.tables import DeltaTable
 from helpers import CUSTOMERS, ORDERS, write
 from support.tables import OrdersCustomers as Tables
-from support.tables import SavedStates, orders_customers_states
+from support.tables import SavedStates, orders_customers_states, restored
 
 from airflow_provider_fkjoin.engine import high_watermark, run_spec
 from airflow_provider_fkjoin.engine.deltalog.watermarks import noop_result
@@ -33,15 +32,13 @@ def states(spark, tmp_path_factory: pytest.TempPathFactory) -> tuple[SavedStates
 @pytest.fixture
 def fk(states: tuple[SavedStates, Tables]) -> Tables:
     """``(spec, orders, customers, out)``: the two inputs as written, no output yet."""
-    states[0].restore("inputs")
-    return copy.deepcopy(states[1])
+    return restored(states, "inputs")
 
 
 @pytest.fixture
 def refreshed(states: tuple[SavedStates, Tables]) -> Tables:
     """``(spec, orders, customers, out)`` after a first full refresh."""
-    states[0].restore("refreshed")
-    return copy.deepcopy(states[1])
+    return restored(states, "refreshed")
 
 
 def _agrees_with_a_refresh(spark, spec: dict, *, expect_noop: bool) -> dict:

@@ -3,7 +3,6 @@ concurrent refreshes, status and the CLI. The oracle is a join recomputed from c
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 import shutil
@@ -17,7 +16,13 @@ from delta.tables import DeltaTable
 from driver_jvm import driver_jvm_env
 from helpers import CUSTOMERS, ORDERS, oracle, output_state, rows_at, write
 from support.tables import OrdersCustomers as Tables
-from support.tables import SavedStates, assert_versions_unchanged, delta_versions, orders_customers_states
+from support.tables import (
+    SavedStates,
+    assert_versions_unchanged,
+    delta_versions,
+    orders_customers_states,
+    restored,
+)
 
 from airflow_provider_fkjoin.engine import (
     ConcurrentRefreshError,
@@ -49,15 +54,13 @@ def states(spark, tmp_path_factory: pytest.TempPathFactory) -> tuple[SavedStates
 @pytest.fixture
 def tables(states: tuple[SavedStates, Tables]) -> Tables:
     """``(spec, orders, customers, out)``: the two inputs as written, no output yet."""
-    states[0].restore("inputs")
-    return copy.deepcopy(states[1])
+    return restored(states, "inputs")
 
 
 @pytest.fixture
 def refreshed(states: tuple[SavedStates, Tables]) -> Tables:
     """``(spec, orders, customers, out)`` after a first full refresh of ``spec`` (how: left)."""
-    states[0].restore("refreshed")
-    return copy.deepcopy(states[1])
+    return restored(states, "refreshed")
 
 
 def test_full_then_noop_then_incremental(spark, tables) -> None:

@@ -14,6 +14,7 @@ inputs once (module scope) and share them:
 
 from __future__ import annotations
 
+import copy
 import shutil
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -176,6 +177,13 @@ def orders_customers_states(
 
     builders = {"inputs": (None, inputs), "refreshed": ("inputs", first_refresh)}
     return SavedStates(spark, root, [orders_path, customers_path, out], builders), tables
+
+
+def restored(states: tuple[SavedStates, OrdersCustomers], name: str) -> OrdersCustomers:
+    """State ``name`` of :func:`orders_customers_states` put back, and a copy of ``(spec, orders,
+    customers, out)`` the test may change."""
+    states[0].restore(name)
+    return copy.deepcopy(states[1])
 
 
 def put_back(spark: SparkSession, saved: Path, path: Path) -> None:
