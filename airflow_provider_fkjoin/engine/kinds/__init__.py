@@ -40,8 +40,9 @@ class JoinKind:
     """How the engine refreshes one ``kind``, and how the audit recomputes its output (``None``:
     append-only).
 
-    ``refresh`` is the kind's class; ``forms`` are classes that refresh some of its specs instead (each
-    says which by its ``serves``), asked in order before ``refresh``.
+    ``refresh`` is the kind's class; ``forms`` are classes that refresh some of its specs instead, each
+    saying exactly which by its ``serves`` (no two serve the same spec). Build a refresh with
+    :meth:`refresh_for`, never ``refresh(...)`` directly: for a kind with forms that would skip them.
     """
 
     refresh: type[KindRefresh]

@@ -235,9 +235,9 @@ class OuterWindowedTableJoinRefresh(KindRefresh):
 
     @classmethod
     def serves(cls, spec: Any) -> bool:
-        """A table-mode join that is not a foreign-key join's (:class:`WindowedTableAsForeignKeyRefresh`
-        is asked first)."""
-        return spec.mode == "table"
+        """A table-mode outer join (inner and left ones are foreign-key joins:
+        :class:`WindowedTableAsForeignKeyRefresh`)."""
+        return spec.mode == "table" and spec.how == "outer"
 
     def prepare(self, states: dict[str, TableState]) -> dict[str, InputState]:
         spec, handles = self.spec, self.handles
