@@ -17,7 +17,7 @@ result. If the archive cannot be built, the options are left out and the tests r
 The long-lived JVMs of a test run (each worker's session, the tests' Spark Connect server) keep the default
 JIT: over a whole run C2 pays off. Measured: two workers each running ``tests/windowed/test_self_join.py``
 (2 minutes) were faster with the client compiler only (151 s -> 125 s), but a full ``--all`` run with it
-had done 15% of its tests after 55 minutes, its property tests running several times longer than before.
+had done 15% of its tests after 55 minutes (a default-JIT run finishes in about 51).
 
 >>> sorted(driver_jvm_env())  # doctest: +SKIP
 ['SPARK_SUBMIT_OPTS']
