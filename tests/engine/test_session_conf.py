@@ -127,6 +127,8 @@ ADAPTIVE = {"spark.sql.adaptive.enabled": "true", "spark.sql.shuffle.partitions"
 def small(partitions: int) -> dict[str, str]:
     return {
         "spark.sql.adaptive.enabled": "false",
+        # without adaptive execution each broadcast is a job of its own; a shuffled join's stages are not
+        "spark.sql.autoBroadcastJoinThreshold": "-1",
         "spark.sql.shuffle.partitions": str(partitions),
         # Spark caches a plan in a clone of the session unless both are so (see CacheManager)
         "spark.sql.sources.bucketing.autoBucketedScan.enabled": "false",

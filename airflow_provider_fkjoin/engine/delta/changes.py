@@ -20,7 +20,7 @@ from ..core.errors import FkJoinError, InputDataError
 from ..core.planning import RebuildRequired, cdf_unavailable_reason
 from ..core.spec import quote
 from ..runtime.internals import observation_metrics
-from ..runtime.session import is_connect
+from ..runtime.session import in_small_refresh, is_connect
 from .tables import LIVE_CHANGE_TYPES, DeltaHandle, key_is_null
 
 BROADCAST_LIMIT_ROWS = 2_000_000
@@ -261,8 +261,11 @@ def cut_lineage(frame: DataFrame, *, eager: bool = True) -> DataFrame:
 
 
 def maybe_broadcast(frame: DataFrame, rows: int) -> DataFrame:
-    """Broadcast a small side so the big table is scanned once, without a shuffle."""
-    return F.broadcast(frame) if rows <= BROADCAST_LIMIT_ROWS else frame
+    """Broadcast a small side so the big table is scanned once, without a shuffle; not in a small refresh
+    (:func:`..runtime.session.in_small_refresh`), where a broadcast costs a Spark job of its own."""
+    if rows > BROADCAST_LIMIT_ROWS or in_small_refresh(frame.sparkSession):
+        return frame
+    return F.broadcast(frame)
 
 
 class KeyCounts(NamedTuple):

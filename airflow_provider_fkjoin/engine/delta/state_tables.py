@@ -107,7 +107,7 @@ class StateTable:
 
     def read(self, version: int) -> DataFrame:
         """The rows written at ``version`` (without the write's marker row)."""
-        stored = self.spark.read.format("delta").option("versionAsOf", version).load(self.path)
+        stored = self.table.read(version)
         return stored.where(F.col(MARKER).isNull()).drop(MARKER)
 
     def write(self, rows: DataFrame, files: int | None = None) -> StateWrite:

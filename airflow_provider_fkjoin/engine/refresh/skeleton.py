@@ -45,8 +45,8 @@ from ..core.spec import spec_field_hashes, spec_fingerprint
 from ..core.trace import phase, phase_timeline
 from ..delta.output_log import read_output_log
 from ..delta.ownership import Ownership
-from ..delta.tables import DeltaHandle, TableState
-from ..runtime.session import SMALL_REFRESH_BYTES_CONF, small_refresh
+from ..delta.tables import DeltaHandle, TableState, warm_file_reads
+from ..runtime.session import SMALL_REFRESH_BYTES_CONF, is_small, small_refresh
 from ..write.merge import Commit, CommitRequest, merge_output
 from ..write.net_changes import MergeRequired, NetChanges, commit_net_changes, compact_output
 
@@ -448,6 +448,14 @@ def refresh_once(kind: KindRefresh, options: RunOptions) -> RefreshResult:
 def _refresh(kind: KindRefresh, options: RunOptions, started: float) -> RefreshResult:
     states = pin_inputs(kind.handles, kind.before_pin)
     phase("pinned")
+    input_bytes = _table_bytes(kind, states, None)
+    with warm_file_reads(kind.spark, enabled=is_small(kind.spark, input_bytes)):
+        return _refresh_pinned(kind, options, started, states)
+
+
+def _refresh_pinned(
+    kind: KindRefresh, options: RunOptions, started: float, states: dict[str, TableState]
+) -> RefreshResult:
     current = kind.prepare(states)
     refresh, plan = begin_refresh(
         kind.identity,
@@ -473,12 +481,14 @@ def _refresh(kind: KindRefresh, options: RunOptions, started: float) -> RefreshR
         return _write(kind, options, refresh, plan, current)
 
 
-def _table_bytes(kind: KindRefresh, states: dict[str, TableState], refresh: RefreshContext) -> int | None:
+def _table_bytes(
+    kind: KindRefresh, states: dict[str, TableState], refresh: RefreshContext | None
+) -> int | None:
     """The bytes of the data files of the tables the refresh may read, each table once (None: unknown):
-    its pinned inputs and, unless it only appends to it, its output. A kind's own state tables (a windowed
-    join's pending rows) are bounded by its inputs and not counted."""
+    its pinned inputs and, unless it only appends to it or ``refresh`` is None, its output. A kind's own
+    state tables (a windowed join's pending rows) are bounded by its inputs and not counted."""
     sizes = {kind.handles[name].ref.identity: state.size_bytes for name, state in states.items()}
-    if not kind.append_only and refresh.log.table_id is not None:
+    if refresh is not None and not kind.append_only and refresh.log.table_id is not None:
         sizes[kind.output.ref.identity] = refresh.log.size_bytes
     if None in sizes.values():
         return None

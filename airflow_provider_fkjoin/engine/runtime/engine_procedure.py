@@ -19,6 +19,7 @@ has no procedure: :func:`unavailable_reason` says so, and the refresh is written
 from __future__ import annotations
 
 import json
+import uuid
 import weakref
 from typing import Any
 
@@ -32,6 +33,7 @@ CATALOG_CLASS = "io.github.fkjoin.engine.EngineCatalog"
 PROTOCOL = 1
 
 _checked: weakref.WeakKeyDictionary[SparkSession, str | None] = weakref.WeakKeyDictionary()
+_actions: weakref.WeakKeyDictionary[SparkSession, frozenset[str]] = weakref.WeakKeyDictionary()
 _registered: weakref.WeakSet[SparkSession] = weakref.WeakSet()
 
 
@@ -62,6 +64,7 @@ def unavailable_reason(spark: SparkSession) -> str | None:
         answer = call(spark, "describe")
         if answer.get("status") != "ready":
             reason = f"the engine jar answered {answer!r}"
+        _actions[spark] = frozenset(str(answer.get("actions", "")).split(","))
     except EngineProcedureError as error:  # a jar of another protocol
         reason = f"the Spark session's engine jar does not fit ({error})"
     except Exception as error:
@@ -73,6 +76,20 @@ def unavailable_reason(spark: SparkSession) -> str | None:
         reason = f"the Spark session has no engine jar ({first_line[:300]})"
     _checked[spark] = reason
     return reason
+
+
+def supports(spark: SparkSession, action: str) -> bool:
+    """Whether ``spark``'s engine jar serves ``action`` (a jar built before the action was added does not).
+
+    >>> supports(spark, "files")
+    True
+    """
+    return unavailable_reason(spark) is None and action in _actions.get(spark, frozenset())
+
+
+def request_suffix() -> str:
+    """A fresh suffix for the names of the temporary views one request hands over."""
+    return uuid.uuid4().hex[:12]
 
 
 def _register(spark: SparkSession) -> None:

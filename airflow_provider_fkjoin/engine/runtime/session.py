@@ -92,9 +92,39 @@ UNCLONED_CACHE_SETTINGS = {
 SMALL_REFRESH_KEYS = (
     SMALL_REFRESH_BYTES_CONF,
     "spark.sql.adaptive.enabled",
+    "spark.sql.autoBroadcastJoinThreshold",
     "spark.sql.shuffle.partitions",
     *UNCLONED_CACHE_SETTINGS,
 )
+
+
+def small_refresh_limit(limit_text: str | None) -> int:
+    """The bytes bound of a small refresh, from the session's :data:`SMALL_REFRESH_BYTES_CONF` (unset: the
+    default; 0: no refresh is small).
+
+    >>> small_refresh_limit(None), small_refresh_limit("0")
+    (134217728, 0)
+    """
+    try:
+        return int(limit_text) if limit_text not in (None, "") else SMALL_REFRESH_BYTES
+    except ValueError:
+        raise SpecError(
+            f"conf {SMALL_REFRESH_BYTES_CONF}={limit_text!r}: give a number of bytes (0 turns it off)"
+        ) from None
+
+
+def is_small(spark: SparkSession, table_bytes: int | None) -> bool:
+    """Whether tables of ``table_bytes`` (None: unknown) are within the session's small-refresh bound."""
+    limit = small_refresh_limit(spark.conf.get(SMALL_REFRESH_BYTES_CONF, None))
+    return limit > 0 and table_bytes is not None and table_bytes <= limit
+
+
+def in_small_refresh(spark: SparkSession) -> bool:
+    """Whether ``spark`` runs a small refresh now (:func:`small_refresh` applied its settings): its joins
+    then shuffle rather than broadcast, since without adaptive execution each broadcast is a Spark job of
+    its own, while every stage of a shuffled join runs in the one job of its action."""
+    shared = _small_refreshes.get(spark)
+    return shared is not None and bool(shared.settings)
 
 
 def small_refresh_settings(table_bytes: int | None, current: Mapping[str, str | None]) -> dict[str, str]:
@@ -117,13 +147,7 @@ def small_refresh_settings(table_bytes: int | None, current: Mapping[str, str | 
     >>> small_refresh_settings(10 * 2**30, {})
     {}
     """
-    limit_text = current.get(SMALL_REFRESH_BYTES_CONF)
-    try:
-        limit = int(limit_text) if limit_text not in (None, "") else SMALL_REFRESH_BYTES
-    except ValueError:
-        raise SpecError(
-            f"conf {SMALL_REFRESH_BYTES_CONF}={limit_text!r}: give a number of bytes (0 turns it off)"
-        ) from None
+    limit = small_refresh_limit(current.get(SMALL_REFRESH_BYTES_CONF))
     adaptive = str(current.get("spark.sql.adaptive.enabled") or "true").lower() == "true"
     if limit <= 0 or table_bytes is None or table_bytes > limit or not adaptive:
         return {}
@@ -132,6 +156,7 @@ def small_refresh_settings(table_bytes: int | None, current: Mapping[str, str | 
     wanted = -(-table_bytes // SMALL_REFRESH_PARTITION_BYTES)
     return {
         "spark.sql.adaptive.enabled": "false",
+        "spark.sql.autoBroadcastJoinThreshold": "-1",
         "spark.sql.shuffle.partitions": str(max(1, min(have, wanted))),
         **{key: value for key, value in UNCLONED_CACHE_SETTINGS.items() if current.get(key) != value},
     }

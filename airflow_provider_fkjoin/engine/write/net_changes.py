@@ -47,7 +47,7 @@ from ..core.progress import with_row_counts
 from ..core.spec import quote
 from ..core.trace import phase
 from ..delta.changes import maybe_broadcast
-from ..delta.tables import DeltaHandle, values_equal
+from ..delta.tables import ROW_POSITION_COLUMNS, DeltaHandle, values_equal
 from ..runtime import engine_procedure, internals
 from ..runtime.commit_settings import metadata_settings, session_settings, without_commit_metadata
 
@@ -124,12 +124,16 @@ def net_changes(old: DataFrame, new: DataFrame, key: list[str], value_columns: l
     ).persist(StorageLevel.MEMORY_AND_DISK)
     with_hashes = frame.select(*key_hashes(key), F.col(CHANGE), F.col(EXPECTED))
     expected = F.col(EXPECTED) == 1
-    totals = with_hashes.agg(
-        *[F.count_if(F.col(CHANGE) == kind).alias(kind) for kind in ("insert", "update", "delete")],
-        F.count(F.lit(1)).alias("keys"),
-        F.count_if(expected).alias("expected"),
-        *[F.sum(F.when(expected, F.col(h))).alias(h) for h in HASHES],
-    ).first()
+    try:
+        totals = with_hashes.agg(
+            *[F.count_if(F.col(CHANGE) == kind).alias(kind) for kind in ("insert", "update", "delete")],
+            F.count(F.lit(1)).alias("keys"),
+            F.count_if(expected).alias("expected"),
+            *[F.sum(F.when(expected, F.col(h))).alias(h) for h in HASHES],
+        ).first()
+    except BaseException:
+        frame.unpersist()
+        raise
     return NetChanges(
         frame,
         int(totals["insert"]),
@@ -200,10 +204,8 @@ def commit_net_changes(
     unavailable = engine_procedure.unavailable_reason(spark)
     if unavailable is not None:
         raise MergeRequired(unavailable)
-    live = output.read(expected_version).selectExpr(
-        "*", "_metadata.file_path AS _fkjoin_file", "_metadata.row_index AS _fkjoin_row"
-    )
-    table_columns = [c for c in live.columns if c not in ("_fkjoin_file", "_fkjoin_row")]
+    live = output.read_with_positions(expected_version)
+    table_columns = [c for c in live.columns if c not in ROW_POSITION_COLUMNS]
     _require_columns(output, live, changes.frame, table_columns)
     views = _Views(spark)
     token = None

@@ -16,7 +16,6 @@ import org.apache.spark.sql.Column;
 import org.apache.spark.sql.Dataset;
 import org.apache.spark.sql.Observation;
 import org.apache.spark.sql.Row;
-import org.apache.spark.sql.catalyst.expressions.Expression;
 import org.apache.spark.sql.catalyst.expressions.Literal$;
 import org.apache.spark.sql.classic.SparkSession;
 import org.apache.spark.sql.delta.DeltaLog;
@@ -52,6 +51,9 @@ import scala.jdk.javaapi.CollectionConverters;
  *       {@code UPDATE}. A concurrent commit fails it with Delta's conflict exception;
  *   <li>{@code abort}: drop a prepared transaction (its files stay unreferenced; VACUUM removes them).
  * </ol>
+ *
+ * <p>The same procedure serves {@code files}: a table at a version as a temporary view over the data
+ * files the engine keeps warm ({@link TableFiles}).
  *
  * <p>Requests and answers are JSON objects with {@code "protocol": 1}; a request of another protocol, or
  * with a field this protocol does not define, is refused. Example request:
@@ -91,6 +93,7 @@ public final class NetChangeCommit {
               Set.of(
                   "output", "expected_version", "app_id", "seq", "located", "replaced", "rows", "proof"),
           "commit", Set.of("token"),
+          "files", Set.of("path", "version", "view", "positions"),
           "abort", Set.of("token"));
 
   private NetChangeCommit() {}
@@ -137,6 +140,7 @@ public final class NetChangeCommit {
       case "describe" -> answer.put("status", "ready").put("actions", String.join(",", FIELDS.keySet()));
       case "prepare" -> prepare(spark, request, answer);
       case "commit" -> commit(required(request, "token").asText(), answer);
+      case "files" -> TableFiles.view(spark, request, answer);
       default -> {
         String token = required(request, "token").asText();
         if (PREPARED.remove(token) != null) {
@@ -167,7 +171,7 @@ public final class NetChangeCommit {
     }
   }
 
-  private static JsonNode required(JsonNode request, String field) {
+  static JsonNode required(JsonNode request, String field) {
     JsonNode value = request.get(field);
     if (value == null || value.isNull()) {
       throw new IllegalArgumentException("net_change: field '" + field + "' is required");
@@ -194,10 +198,14 @@ public final class NetChangeCommit {
       mergeRequired(answer, unsupported);
       return;
     }
-    // Read through the transaction so that Delta fails the commit if another run of this refresh
-    // commits first, even one that changed no file.
-    transaction.txnVersion(appId);
-    Seq<AddFile> files = transaction.filterFiles(seqOf(new ArrayList<Expression>()), true);
+    // Depend on the whole table and on the refresh's app id, so that Delta fails the commit if another
+    // writer or another run of this refresh commits first, even one that changed no file. (The engine
+    // knows the app's last seq from the output's log: asking Delta for it would rebuild the state.) The
+    // file list is the one the engine keeps warm (TableFiles): no state reconstruction for the version.
+    transaction.readWholeTable();
+    transaction.readTxn().addOne(appId);
+    Seq<AddFile> files =
+        seqOf(new ArrayList<>(TableFiles.filesAt(log, transaction.snapshot(), output)._1()));
     List<Action> actions = new ArrayList<>();
     JsonNode located = request.get("located");
     if (located != null && !located.isNull()) {
