@@ -290,6 +290,58 @@ def describe_execution(execution, started_ms: float) -> str:
 
 
 # --------------------------------------------------------------------------------------------------------
+# the JVM's own cost: CPU by thread group, code generation
+
+
+#: Thread groups of a local-mode driver JVM, by the start of the thread's name as ``/proc`` shows it (15
+#: characters); any other thread is the driver's own work (planning, Delta's log, py4j, the scheduler).
+JVM_THREAD_GROUPS = {
+    "jit": ("C1 CompilerThre", "C2 CompilerThre", "C1 CompilerThread", "C2 CompilerThread"),
+    "gc": ("GC Thread", "G1 ", "VM Thread", "VM Periodic"),
+    "tasks": ("Executor task",),
+}
+
+
+def jvm_pid(spark) -> int | None:
+    """The driver JVM's process id (a classic session; None over Spark Connect)."""
+    jvm = getattr(spark, "_jvm", None)
+    return int(jvm.java.lang.ProcessHandle.current().pid()) if jvm is not None else None
+
+
+def jvm_cpu_s(pid: int | None) -> dict[str, float]:
+    """CPU seconds each thread group of JVM ``pid`` has used so far (threads that ended are not counted:
+    take differences over a short span). From ``/proc/<pid>/task/*/stat``: user + system time."""
+    if pid is None:
+        return {}
+    tick = os.sysconf("SC_CLK_TCK")
+    used = dict.fromkeys(("driver", *JVM_THREAD_GROUPS), 0.0)
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            stat = (task / "stat").read_text()
+        except OSError:
+            continue
+        name = stat[stat.index("(") + 1 : stat.rindex(")")]
+        fields = stat[stat.rindex(")") + 2 :].split()
+        seconds = (int(fields[11]) + int(fields[12])) / tick
+        group = next((g for g, starts in JVM_THREAD_GROUPS.items() if name.startswith(starts)), "driver")
+        used[group] += seconds
+    return used
+
+
+def codegen_compiles(spark) -> int | None:
+    """How many classes Spark's code generation has compiled in this JVM so far (its own metric)."""
+    jvm = getattr(spark, "_jvm", None)
+    if jvm is None:
+        return None
+    return int(jvm.org.apache.spark.metrics.source.CodegenMetrics.METRIC_COMPILATION_TIME().getCount())
+
+
+def cost_between(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """Per-group CPU seconds between two :func:`jvm_cpu_s` readings."""
+    return {group: round(after[group] - before.get(group, 0.0), 3) for group in after}
+
+
+# --------------------------------------------------------------------------------------------------------
 # the report
 
 

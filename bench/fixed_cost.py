@@ -20,12 +20,16 @@ from bench.common import (
     DATA_DIR,
     add_common,
     bench_spark,
+    codegen_compiles,
     command_line,
     conf_pairs,
+    cost_between,
     describe_execution,
     duration_ms,
     is_top_level,
     json_out,
+    jvm_cpu_s,
+    jvm_pid,
     median,
     same_table,
     settled_executions,
@@ -79,12 +83,18 @@ def main(argv: list[str] | None = None) -> int:
     run_spec(spec, spark=spark, write_path=args.write_path)
 
     refreshes = []
+    pid = jvm_pid(spark)
     for index in range(args.warmup + args.repeat):
         spark.sql(f"UPDATE delta.`{orders}` SET amount = amount + 1 WHERE order_id = {index}")
         spark.sql(f"UPDATE delta.`{customers}` SET name = concat(name, 'x') WHERE customer_id = {50 + index}")
         jobs_before, before = settled_executions(spark)
         last_before = max((int(e.executionId()) for e in before), default=-1)
         started_ms = time.time() * 1000
+        cpu_before, python_before, compiles_before = (
+            jvm_cpu_s(pid),
+            time.process_time(),
+            codegen_compiles(spark),
+        )
         if args.profile:
             profiler = cProfile.Profile()
             profiler.enable()
@@ -93,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.profile:
             profiler.disable()
             profiler.dump_stats(str(args.workdir / f"profile-{index}.pstats"))
+        cpu_after, python_after, compiles_after = jvm_cpu_s(pid), time.process_time(), codegen_compiles(spark)
         jobs_after, after = settled_executions(spark)
         executions = [e for e in after if int(e.executionId()) > last_before]
         refreshes.append(
@@ -103,6 +114,13 @@ def main(argv: list[str] | None = None) -> int:
                 ),
                 "wall_s": wall,
                 "spark_jobs": jobs_after - jobs_before,
+                "jvm_cpu_s": cost_between(cpu_before, cpu_after),
+                "python_cpu_s": round(python_after - python_before, 3),
+                "codegen_compiles": (
+                    compiles_after - compiles_before
+                    if compiles_before is not None and compiles_after is not None
+                    else None
+                ),
                 "sql_executions": len(executions),
                 "write_path": result.get("write_path"),
                 "compacted": result.get("compacted"),
@@ -111,7 +129,9 @@ def main(argv: list[str] | None = None) -> int:
         )
         label = "warm-up" if index < args.warmup else "timed"
         print(
-            f"[fixed_cost] refresh #{index + 1} ({label}): {wall}s {refreshes[-1]['spark_jobs']} jobs",
+            f"[fixed_cost] refresh #{index + 1} ({label}): {wall}s {refreshes[-1]['spark_jobs']} jobs, "
+            f"JVM CPU {refreshes[-1]['jvm_cpu_s']}, Python {refreshes[-1]['python_cpu_s']}s, "
+            f"{refreshes[-1]['codegen_compiles']} compiles",
             flush=True,
         )
     warmups = [r["wall_s"] for r in refreshes[: args.warmup]]
