@@ -9,6 +9,7 @@
     fkjoin audit spec.yaml               # recompute at the consumed versions, compare; writes nothing
     fkjoin demo                          # a small incremental foreign-key join on local Spark
     fkjoin connect-server --port 15002   # a Spark Connect server with Delta, for --master sc://...
+    fkjoin jvm-archive                   # once per machine: a class archive for faster driver starts
 
 Exit code 0 on success, and 3 for an ``audit`` that found the output differing from the recompute. On
 failure the first stderr line is ``error: <Type>: <message>`` (the Airflow hook reads it), and the exit
@@ -90,6 +91,20 @@ def _cmd_connect_server(args: argparse.Namespace) -> dict[str, Any]:
     sys.stdout.flush()
     os.execvpe(argv[0], argv, env)  # noqa: S606 - an argv list, no shell
     raise AssertionError("unreachable")
+
+
+def _cmd_jvm_archive(args: argparse.Namespace) -> dict[str, Any]:
+    """Build the driver's class archive for this JVM and Spark (a set-up step; see ``jvm_start``)."""
+    from airflow_provider_fkjoin import jvm_start
+
+    env = dict(os.environ)
+    if args.dir:
+        env[jvm_start.ARCHIVE_DIR_ENV] = str(Path(args.dir).resolve())
+
+    def building(archive: Path) -> None:
+        print(f"fkjoin: building {archive} (a small refresh on local Spark, about a minute)", file=sys.stderr)
+
+    return jvm_start.build_report(env, force=args.force, on_build=building)
 
 
 def _spec_arg(args: argparse.Namespace) -> Any:
@@ -207,6 +222,19 @@ def build_parser() -> argparse.ArgumentParser:
     server.add_argument("--port", type=int, default=15002, help="port to listen on (default 15002)")
     server.set_defaults(handler=_cmd_connect_server)
     subs.append(server)
+    archive = commands.add_parser(
+        "jvm-archive",
+        help="build a class-data-sharing archive of a refresh's classes for this JVM and Spark (once per "
+        "machine or image, about a minute): spark-submit tasks' drivers then start faster",
+    )
+    archive.add_argument(
+        "--dir",
+        help="folder for the archive (default FKJOIN_JVM_ARCHIVE_DIR, else the checkout's .jars/cds, else "
+        "~/.cache/fkjoin/cds); tasks find it there when FKJOIN_JVM_ARCHIVE_DIR names the same folder",
+    )
+    archive.add_argument("--force", action="store_true", help="build again even if it exists")
+    archive.set_defaults(handler=_cmd_jvm_archive)
+    subs.append(archive)
     demo = commands.add_parser("demo", help="run a small incremental foreign-key join")
     demo.add_argument("--warehouse", default="demo-warehouse", help="folder for the demo's Delta tables")
     demo.set_defaults(handler=_cmd_demo)

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Set up a development environment in the repo: .venv with the pinned packages (constraints.txt), the
 # package installed editable, Delta's jars fetched from Maven Central into .jars/ (once; later runs are
-# offline), and the engine's JVM side (jvm/) compiled into its jar. Re-running is fast: each step is
-# skipped when its inputs have not changed.
+# offline), the engine's JVM side (jvm/) compiled into its jar, and a class archive that starts Spark
+# drivers faster (fkjoin jvm-archive). Re-running is fast: each step is skipped when its inputs have not
+# changed.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -37,4 +38,8 @@ if [ "$(cat "$jars_stamp" 2>/dev/null)" != "$jars_want" ]; then
 fi
 
 PYTHON="$root/.venv/bin/python" "$root/scripts/build-engine-jar.sh"   # the engine's JVM side, compiled against those jars
+# A class archive for short-lived Spark drivers (spark-submit tasks, the tests' subprocesses) in .jars/cds/:
+# about a minute the first time and after a JVM or Spark upgrade, nothing otherwise. Set-up goes on without it.
+.venv/bin/fkjoin jvm-archive >/dev/null \
+  || echo "setup: no class archive for the Spark driver (fkjoin jvm-archive failed): drivers start slower" >&2
 "$root/scripts/setup-e2e.sh"   # system packages for tests/e2e (chromium); a no-op once installed
