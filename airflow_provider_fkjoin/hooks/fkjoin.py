@@ -34,6 +34,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from functools import cached_property
@@ -41,6 +42,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseHook
+from airflow.sdk import conf as airflow_conf
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowNotFoundException
 from airflow.sdk.log import mask_secret
 
@@ -64,6 +66,7 @@ from airflow_provider_fkjoin.hooks.masking import (
 )
 from airflow_provider_fkjoin.jobs import FKJOIN_JOB_FILE
 from airflow_provider_fkjoin.jobs.fkjoin_job import REDACTION_CONF, REDACTION_REGEX
+from airflow_provider_fkjoin.jvm_start import archive_dir, driver_java_options, merge_java_options
 from airflow_provider_fkjoin.links import check_location, spark_ui_url
 
 if TYPE_CHECKING:
@@ -85,6 +88,7 @@ NON_BLOCKING_CONF = (
 #: The YARN ApplicationMaster's diagnostics for a driver that exited non-zero (spark-submit itself exits 1).
 _YARN_USER_EXIT = re.compile(r"User application exited with status (\d+)")
 _LOCAL_MASTERS = ("local",)
+DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 
 
 class FkJoinConnectionError(AirflowNotFoundException):
@@ -140,6 +144,9 @@ class DriverOutput:
         self.phase: str | None = None
         #: Every phase reported, with its ``time.monotonic()`` stamp on the driver's host.
         self.phases: dict[str, float] = {}
+        #: When this process saw the session come up (``session_ready``: the job's app info line) and the
+        #: result line (``result``), as ``time.monotonic()``: the task's phases (:func:`submit_phases`).
+        self.seen_at: dict[str, float] = {}
         self._on_app_info = on_app_info
 
     def feed(self, line: str) -> None:
@@ -160,6 +167,7 @@ class DriverOutput:
                 return
             if isinstance(info, dict):
                 self.app_info = info
+                self.seen_at.setdefault("session_ready", time.monotonic())
                 if self._on_app_info is not None:
                     self._on_app_info(info)
         elif line.startswith("{") and line.endswith("}"):
@@ -169,10 +177,32 @@ class DriverOutput:
                 return
             if isinstance(parsed, dict) and "kind" in parsed and "mode" in parsed:
                 self.result = parsed
+                self.seen_at["result"] = time.monotonic()
         elif line.startswith(ERROR_PREFIX):
             self.error = line.removeprefix(ERROR_PREFIX)
         elif self.error is not None and line.startswith(_CAUSE_PREFIXES) and len(self.cause) < 5:
             self.cause.append(line)
+
+
+def submit_phases(started: float, seen_at: Mapping[str, float], ended: float) -> dict[str, float]:
+    """A spark-submit task's phases in seconds, from its ``time.monotonic()`` stamps: ``start_s`` (the
+    driver JVM's and Python's start and the Spark session's, until the job's app info line),
+    ``refresh_s`` (until the result line), ``exit_s`` (the session's stop and the JVM's exit, until
+    spark-submit returned) and ``total_s``; a phase whose line never showed (cluster mode) is left out.
+
+    >>> submit_phases(100.0, {"session_ready": 103.5, "result": 112.0}, 112.75)
+    {'start_s': 3.5, 'refresh_s': 8.5, 'exit_s': 0.75, 'total_s': 12.75}
+    """
+    ready, result = seen_at.get("session_ready"), seen_at.get("result")
+    phases: dict[str, float] = {}
+    if ready is not None:
+        phases["start_s"] = round(ready - started, 3)
+    if ready is not None and result is not None:
+        phases["refresh_s"] = round(result - ready, 3)
+    if result is not None:
+        phases["exit_s"] = round(ended - result, 3)
+    phases["total_s"] = round(ended - started, 3)
+    return phases
 
 
 def failure(
@@ -252,6 +282,10 @@ class FkJoinHook(BaseHook):
         (the noop check does not read it): for settings a noop does not need and that are costly to
         compute, such as OpenLineage's parent job information (importing OpenLineage takes most of a
         second). Reading ``hook.conf`` applies it.
+    :param fast_driver_start: start a client-mode driver with the class archive ``fkjoin jvm-archive``
+        built for this JVM and Spark and the client compiler only (:mod:`airflow_provider_fkjoin.jvm_start`),
+        after the user's ``spark.driver.extraJavaOptions``; default ``[fkjoin] fast_driver_start`` (on).
+        Without an archive nothing is added and the task log says how to build one.
     """
 
     conn_name_attr = "conn_id"
@@ -274,8 +308,10 @@ class FkJoinHook(BaseHook):
         noop_check: bool = True,
         storage_conn_id: str | None = None,
         finish_conf: Callable[[dict[str, Any]], Mapping[str, Any]] | None = None,
+        fast_driver_start: bool | None = None,
     ) -> None:
         super().__init__()
+        self.fast_driver_start = fast_driver_start
         self.conn_id = conn_id
         self._conf: dict[str, Any] = dict(conf or {})
         self._finish_conf = finish_conf
@@ -293,6 +329,8 @@ class FkJoinHook(BaseHook):
         self._connect_run: SparkConnectRun | None = None
         #: What the last refresh's driver printed (its result, error, phases), once it started.
         self.driver_output: DriverOutput | None = None
+        #: The last spark-submit's phases (:func:`submit_phases`), once it returned.
+        self.submit_phases: dict[str, float] | None = None
         #: The Spark Connect operations ``on_kill`` interrupted (their ids).
         self.interrupted: list[str] = []
         self._killed = False
@@ -373,7 +411,30 @@ class FkJoinHook(BaseHook):
             conf["spark.yarn.maxAppAttempts"] = "1"
         conf.update(self.storage_credentials.spark_conf())
         conf.update({str(k): str(v) for k, v in self.conf.items()})
+        if deploy_mode != "cluster" and self._fast_driver_start():
+            self._add_driver_start_options(conf, master)
         return conf
+
+    def _fast_driver_start(self) -> bool:
+        if self.fast_driver_start is not None:
+            return self.fast_driver_start
+        return airflow_conf.getboolean("fkjoin", "fast_driver_start", fallback=True)
+
+    def _add_driver_start_options(self, conf: dict[str, str], master: str) -> None:
+        """Append the class archive and the short-lived driver's flags to the driver's JVM options
+        (after the user's, leaving out a kind of option they set), or log how to get them."""
+        env = self.submit_env(master) or dict(os.environ)
+        options = driver_java_options(env)
+        if options is None:
+            self.log.info(
+                "The Spark driver starts without a class archive (none for this JVM and Spark in %s): "
+                "run `fkjoin jvm-archive` once on this machine (about a minute) for a faster start",
+                archive_dir(env),
+            )
+            return
+        merged = merge_java_options(conf.get(DRIVER_JAVA_OPTIONS), options, env.get("SPARK_SUBMIT_OPTS", ""))
+        if merged:
+            conf[DRIVER_JAVA_OPTIONS] = merged
 
     def check_blocking(self, master: str, deploy_mode: str) -> None:
         """Refuse settings that make spark-submit return while the refresh still runs.
@@ -544,10 +605,16 @@ class FkJoinHook(BaseHook):
         if early and on_spark_ui is not None:
             on_spark_ui(early)
         env = self.submit_env(master)
+        started = time.monotonic()
         try:
             hook.submit(self.application, **({"env": env} if env is not None else {}))
         except AirflowException as error:
             raise self._failure(hook, output, error) from error
+        phases = self.submit_phases = submit_phases(started, output.seen_at, time.monotonic())
+        self.log.info(
+            "spark-submit phases: %s",
+            ", ".join(f"{name.removesuffix('_s')} {seconds:.2f} s" for name, seconds in phases.items()),
+        )
         yarn_app = getattr(hook, "_yarn_application_id", None)
         if yarn_app:
             app_info({"app_id": yarn_app})

@@ -193,6 +193,10 @@ class _FkJoinOperator(BaseOperator):
         own OpenLineage events (default ``[openlineage] spark_inject_parent_job_info``).
     :param conn_id: the ``spark`` connection (spark-submit: local, standalone, YARN, Kubernetes) or a
         ``spark_connect`` one (``sc://host:15002``: a long-lived Spark Connect server, no JVM per task).
+    :param fast_driver_start: start a spark-submit driver on this machine (client mode) with the class
+        archive of ``fkjoin jvm-archive`` and the client compiler only, after your own
+        ``spark.driver.extraJavaOptions``; default ``[fkjoin] fast_driver_start`` (on). Nothing is added
+        while no archive was built for this JVM and Spark (the task log says so).
     """
 
     kind: ClassVar[str] = ""
@@ -228,6 +232,7 @@ class _FkJoinOperator(BaseOperator):
         openlineage_inject_parent_job_info: bool = airflow_conf.getboolean(
             "openlineage", "spark_inject_parent_job_info", fallback=False
         ),
+        fast_driver_start: bool | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -249,6 +254,7 @@ class _FkJoinOperator(BaseOperator):
         self.spark_ui = spark_ui
         self.noop_check = noop_check
         self.openlineage_inject_parent_job_info = openlineage_inject_parent_job_info
+        self.fast_driver_start = fast_driver_start
         self._hook: FkJoinHook | None = None
         self._spec: dict[str, Any] | None = None
         self._result: dict[str, Any] | None = None
@@ -381,6 +387,7 @@ class _FkJoinOperator(BaseOperator):
             spark_submit_kwargs=self.spark_submit_kwargs,
             spark_ui=self.spark_ui,
             noop_check=parse_flag(self.noop_check, "noop_check"),
+            fast_driver_start=self.fast_driver_start,
         )
 
     def execute(self, context: Context) -> dict[str, Any]:

@@ -29,6 +29,7 @@ from airflow_provider_fkjoin.hooks.fkjoin import (
     mask_text,
 )
 from airflow_provider_fkjoin.jobs import FKJOIN_JOB_FILE
+from airflow_provider_fkjoin.jvm_start import SHORT_LIVED_FLAGS, archive_path
 
 ENGINE = Path(__file__).resolve().parents[2] / "airflow_provider_fkjoin" / "engine"
 LOG4J = f"-Dlog4j.configurationFile=file:{ENGINE / 'runtime' / 'log4j2.properties'}"
@@ -41,6 +42,7 @@ SPEC = {
 }
 SPEC_JSON = json.dumps(SPEC, sort_keys=True)
 UI_OFF = "spark.ui.enabled=false"
+SHORT_LIVED = " ".join(SHORT_LIVED_FLAGS)
 REDACTION = (
     "spark.redaction.regex="
     "(?i)secret|password|passwd|token|access.?key|account.?key|sas|credential|private.?key|session"
@@ -48,9 +50,21 @@ REDACTION = (
 
 
 @pytest.fixture(autouse=True)
-def delta_jars(monkeypatch):
+def delta_jars(monkeypatch, tmp_path):
     monkeypatch.setenv("FKJOIN_DELTA_JARS", "/opt/delta/delta-spark.jar,/opt/delta/delta-storage.jar")
     monkeypatch.setenv("FKJOIN_ENGINE_JAR", "/opt/fkjoin/fkjoin-engine.jar")
+    # No class archive unless a test makes one (one built on this machine would change every argv).
+    monkeypatch.setenv("FKJOIN_JVM_ARCHIVE_DIR", str(tmp_path / "jvm-archives"))
+    monkeypatch.delenv("SPARK_SUBMIT_OPTS", raising=False)
+
+
+def made_archive() -> Path:
+    """An archive file where the hook looks for this JVM and Spark's (its content is the JVM's business:
+    the real one is built and used in ``test_fast_driver_start.py``)."""
+    archive = archive_path()
+    archive.parent.mkdir(parents=True, exist_ok=True)
+    archive.write_bytes(b"")
+    return archive
 
 
 def test_local_connection_argv(spark_conn):
@@ -124,6 +138,73 @@ def test_standalone_connection_argv_user_conf_wins(spark_conn):
         FKJOIN_JOB_FILE,
         "run", "--spec-json", SPEC_JSON,
     ]  # fmt: skip
+
+
+def test_with_a_class_archive_the_driver_starts_with_it_and_the_short_lived_flags(spark_conn):
+    spark_conn({"conn_type": "spark", "host": "local[2]"})
+    archive = made_archive()
+    assert FkJoinHook().spark_submit_command(SPEC) == [
+        "spark-submit",
+        "--master", "local[2]",
+        "--conf", UI_OFF,
+        "--conf", REDACTION,
+        "--conf", f"spark.pyspark.driver.python={sys.executable}",
+        "--conf", f"spark.driver.extraJavaOptions={LOG4J} -XX:SharedArchiveFile={archive} {SHORT_LIVED}",
+        "--conf", f"spark.pyspark.python={sys.executable}",
+        "--jars", "/opt/delta/delta-spark.jar,/opt/delta/delta-storage.jar,/opt/fkjoin/fkjoin-engine.jar",
+        "--name", "fkjoin-foreign_key_join-orders_customers",
+        FKJOIN_JOB_FILE,
+        "run", "--spec-json", SPEC_JSON,
+    ]  # fmt: skip
+
+
+def test_the_users_driver_java_options_are_kept_and_theirs_win(spark_conn):
+    """Ours come after the user's options, less any kind they chose (a collector, a compiler tier)."""
+    spark_conn({"conn_type": "spark", "host": "spark://master.example", "port": 7077})
+    archive = made_archive()
+    mine = "-Dmine=1 -XX:+UseG1GC -XX:TieredStopAtLevel=4"
+    argv = FkJoinHook(conf={"spark.driver.extraJavaOptions": mine}).spark_submit_command(SPEC)
+    assert argv[argv.index(f"spark.driver.extraJavaOptions={mine} -XX:SharedArchiveFile={archive}") - 1] == (
+        "--conf"
+    )
+    assert sum(arg.startswith("spark.driver.extraJavaOptions=") for arg in argv) == 1
+
+
+def test_flags_already_in_spark_submit_opts_are_not_repeated(spark_conn, monkeypatch):
+    spark_conn({"conn_type": "spark", "host": "local[2]"})
+    archive = made_archive()
+    monkeypatch.setenv("SPARK_SUBMIT_OPTS", f"-XX:SharedArchiveFile={archive} {SHORT_LIVED}")
+    argv = FkJoinHook().spark_submit_command(SPEC)
+    assert f"spark.driver.extraJavaOptions={LOG4J}" in argv
+
+
+def test_without_an_archive_nothing_is_added_and_the_log_says_how_to_build_one(spark_conn, capsys):
+    spark_conn({"conn_type": "spark", "host": "local[2]"})
+    argv = FkJoinHook().spark_submit_command(SPEC)
+    assert f"spark.driver.extraJavaOptions={LOG4J}" in argv
+    assert "fkjoin jvm-archive" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("hook_options", "config"),
+    [({"fast_driver_start": False}, None), ({}, "False"), ({"fast_driver_start": False}, "True")],
+)
+def test_the_fast_start_can_be_turned_off(spark_conn, monkeypatch, capsys, hook_options, config):
+    """By the hook's (the operator's) ``fast_driver_start``, else ``[fkjoin] fast_driver_start``."""
+    spark_conn({"conn_type": "spark", "host": "local[2]"})
+    made_archive()
+    if config is not None:
+        monkeypatch.setenv("AIRFLOW__FKJOIN__FAST_DRIVER_START", config)
+    argv = FkJoinHook(**hook_options).spark_submit_command(SPEC)
+    assert f"spark.driver.extraJavaOptions={LOG4J}" in argv
+    assert "fkjoin jvm-archive" not in capsys.readouterr().out
+
+
+def test_a_cluster_mode_driver_gets_no_local_archive(spark_conn):
+    """Its JVM starts on another machine: an archive path from here would mean nothing there."""
+    spark_conn({"conn_type": "spark", "host": "yarn", "extra": {"deploy-mode": "cluster"}})
+    made_archive()
+    assert not any("SharedArchiveFile" in arg for arg in FkJoinHook().spark_submit_command(SPEC))
 
 
 def test_yarn_cluster_connection_argv_env_vars_go_to_the_application_master(spark_conn):
@@ -292,7 +373,9 @@ RESULT = {
 }
 
 
-def test_run_returns_the_drivers_last_json_line_and_reports_the_spark_ui(spark_conn, fake_spark_submit):
+def test_run_returns_the_drivers_last_json_line_and_reports_the_spark_ui(
+    spark_conn, fake_spark_submit, capsys
+):
     spark_conn({"conn_type": "spark", "host": "local[2]"})
     fake_spark_submit.scenario(
         lines=[
@@ -304,10 +387,16 @@ def test_run_returns_the_drivers_last_json_line_and_reports_the_spark_ui(spark_c
         ]
     )
     urls: list[str] = []
-    result = FkJoinHook(spark_ui=True).run(SPEC, on_spark_ui=urls.append)
+    hook = FkJoinHook(spark_ui=True)
+    result = hook.run(SPEC, on_spark_ui=urls.append)
     assert result == {**RESULT, "source": "driver_stdout"}
     assert urls == ["http://worker:4040"]
     assert fake_spark_submit.argv[-3:] == ["run", "--spec-json", SPEC_JSON]
+    # the task's phases, from when this process saw the session's line and the result's
+    assert hook.submit_phases is not None
+    assert list(hook.submit_phases) == ["start_s", "refresh_s", "exit_s", "total_s"]
+    assert all(seconds >= 0 for seconds in hook.submit_phases.values())
+    assert "spark-submit phases: start " in capsys.readouterr().out
 
 
 APP_LINE = 'FKJOIN_APP {"app_id": "app-1", "ui_url": "http://worker:4040", "master": "m"}'
