@@ -27,6 +27,16 @@ value's XCom, and what Airflow does after ``end_date``: the success call, extra 
 
     FKJOIN_DELTA_JARS=$PWD/.jars python -m bench.airflow_modes --noop-dags-test --repeat 3 \
         --json-out bench/results/noop_dags_test.json
+
+``--submit-dags-test`` measures a small refresh through spark-submit as ``airflow dags test`` runs it (a
+customer renamed before each run; the join second in its DAG, so the first task pays the in-process
+Execution API's set-up), before and after the driver's quick start, round-robin: with
+``[fkjoin] fast_driver_start`` off (the driver as spark-submit starts it), and on, with the class archive
+``fkjoin jvm-archive`` builds (built first if missing). Each run reports the task instance's
+``start_date`` to ``end_date`` and the phases the hook logs (``spark-submit phases: ...``): the driver's
+start until the Spark session is ready, the refresh, the exit.
+
+    python -m bench.airflow_modes --submit-dags-test --repeat 3 --json-out bench/results/submit_dags_test.json
 """
 
 from __future__ import annotations
@@ -51,6 +61,7 @@ from typing import Any
 import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
 
+from airflow_provider_fkjoin.jvm_start import build_report
 from bench.common import BENCH_DIR, DATA_DIR, add_common, command_line, json_out, write_report
 
 REPO_ROOT = BENCH_DIR.parent
@@ -66,6 +77,8 @@ CASES = [
 _LOG_TIME = r"^(\d{4}-\d\d-\d\dT[\d:.]+Z) \[\w+\s*\] "
 _TASK_STARTED = re.compile(_LOG_TIME + r"Task started", re.MULTILINE)
 _TASK_ENDED = re.compile(_LOG_TIME + r"\[DAG TEST\] end task", re.MULTILINE)
+#: The hook's line after spark-submit returns: ``spark-submit phases: start 3.41 s, refresh 9.02 s, ...``.
+_SUBMIT_PHASES = re.compile(r"spark-submit phases: ((?:\w+ [\d.]+ s(?:, )?)+)")
 
 
 def seed(warehouse: Path) -> None:
@@ -293,6 +306,12 @@ def time_dags_test(env: dict[str, str], home: Path, dag_id: str, trace: Path | N
         run["first_task_ti_duration_s"] = first["ti_duration_s"]
     run["mode"] = result.group(1)
     run["precheck"] = "noop, Spark not started" in output
+    phases = _SUBMIT_PHASES.search(output)
+    if phases is not None:
+        for part in phases.group(1).split(", "):
+            name, seconds, _ = part.split()
+            run[f"submit_{name}_s"] = float(seconds)
+        run["class_archive"] = "-XX:SharedArchiveFile=" in output  # in the logged spark-submit command
     if trace is not None:
         run.update(json.loads(trace.read_text()))
     return run
@@ -316,6 +335,46 @@ def noop_dags_test(args: argparse.Namespace, env: dict[str, str], warehouse: Pat
         "repeat": args.repeat,
         "commands": {case: f"airflow dags test {dag_id}" for case, dag_id, _ in NOOP_CASES},
         "environments": {case: extra_env for case, _, extra_env in NOOP_CASES},
+        "load_average_after": os.getloadavg(),
+        "cases": {name: summary(case_runs) for name, case_runs in runs.items()},
+    }
+    write_report(report, args.json_out)
+
+
+#: The ``--submit-dags-test`` cases: (name, environment of ``airflow dags test``).
+SUBMIT_CASES = [
+    ("fast start off", {"AIRFLOW__FKJOIN__FAST_DRIVER_START": "False"}),
+    ("fast start on (class archive, short-lived flags)", {"AIRFLOW__FKJOIN__FAST_DRIVER_START": "True"}),
+]
+
+
+def submit_dags_test(args: argparse.Namespace, env: dict[str, str], warehouse: Path, home: Path) -> None:
+    """``--submit-dags-test``: the archive built if missing, one full refresh, then ``--repeat`` rounds of a
+    small refresh in ``airflow dags test`` through spark-submit with the fast start off and on."""
+    env = {k: v for k, v in env.items() if k != "SPARK_SUBMIT_OPTS"}  # only what the hook adds
+    archive = build_report(env)
+    print("class archive", archive, flush=True)
+    first = time_hook("spark_default", False, spec(warehouse))
+    print("first refresh", first, flush=True)
+    runs: dict[str, list[dict[str, Any]]] = {}
+    round_number = 0
+    for _ in range(args.repeat):
+        for case, extra_env in SUBMIT_CASES:
+            round_number += 1
+            change(warehouse, round_number)
+            run = time_dags_test({**env, **extra_env}, home, "fkjoin_bench_noop_second", None)
+            if run["mode"] != "incremental" or "submit_total_s" not in run:
+                raise SystemExit(f"{case}: expected an incremental refresh through spark-submit, got {run}")
+            run["outside_spark_submit_s"] = round(run["ti_duration_s"] - run["submit_total_s"], 3)
+            runs.setdefault(case, []).append(run)
+            print(case, run, flush=True)
+    report = {
+        "command": command_line("bench.airflow_modes"),
+        "repeat": args.repeat,
+        "rows": {"orders": 12, "customers": 4},
+        "dag": "fkjoin_bench_noop_second (the join second)",
+        "class_archive": archive,
+        "environments": dict(SUBMIT_CASES),
         "load_average_after": os.getloadavg(),
         "cases": {name: summary(case_runs) for name, case_runs in runs.items()},
     }
@@ -349,9 +408,16 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="only the noop through the no-JVM check, in `airflow dags test` (task instance start/end dates)",
     )
+    parser.add_argument(
+        "--submit-dags-test",
+        action="store_true",
+        help="only a small refresh through spark-submit in `airflow dags test`, the driver's fast start off "
+        "and on (task instance start/end dates, the phases the hook logs)",
+    )
     add_common(parser, DATA_DIR / "airflow_modes", repeat=5)
     args = parser.parse_args(argv)
-    args.json_out = json_out(args.json_out, "noop_dags_test" if args.noop_dags_test else "airflow_modes")
+    name = "noop_dags_test" if args.noop_dags_test else "airflow_modes"
+    args.json_out = json_out(args.json_out, "submit_dags_test" if args.submit_dags_test else name)
 
     shutil.rmtree(args.workdir, ignore_errors=True)
     warehouse, home = args.workdir / "warehouse", args.workdir / "airflow-home"
@@ -379,6 +445,9 @@ def main(argv: list[str] | None = None) -> None:
                    capture_output=True, check=True, timeout=600)  # fmt: skip
     if args.noop_dags_test:
         noop_dags_test(args, env, warehouse, home)
+        return
+    if args.submit_dags_test:
+        submit_dags_test(args, env, warehouse, home)
         return
     server = start_connect_server(args.workdir, port)
     the_spec = spec(warehouse)
