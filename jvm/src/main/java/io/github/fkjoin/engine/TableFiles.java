@@ -49,8 +49,11 @@ import scala.jdk.javaapi.CollectionConverters;
 final class TableFiles {
   /** Tables whose files are kept; the least recently used goes first. */
   static final int MAX_TABLES = 64;
-  /** A table with more files than this is not kept (its list would weigh on the driver's heap). */
-  static final int MAX_FILES = 200_000;
+  /**
+   * Files kept over all tables (an AddFile with its statistics is about a kilobyte of the driver's heap):
+   * the least recently used tables go first, and a table with more files than this is not kept.
+   */
+  static final int MAX_FILES = 100_000;
   /** Commits replayed at most to advance a table; further behind, Delta's state is cheaper. */
   static final int MAX_REPLAY = 200;
 
@@ -203,11 +206,24 @@ final class TableFiles {
   }
 
   private static void keep(String key, Held held) {
-    if (held.files().size() > MAX_FILES) {
-      return;
-    }
     synchronized (HELD) {
+      HELD.remove(key);
+      if (held.files().size() > MAX_FILES) {
+        return;
+      }
       HELD.put(key, held);
+      long total = 0;
+      for (Held each : HELD.values()) {
+        total += each.files().size();
+      }
+      java.util.Iterator<Map.Entry<String, Held>> eldest = HELD.entrySet().iterator();
+      while (total > MAX_FILES && eldest.hasNext()) {
+        Map.Entry<String, Held> entry = eldest.next();
+        if (!entry.getKey().equals(key)) {
+          total -= entry.getValue().files().size();
+          eldest.remove();
+        }
+      }
     }
   }
 
