@@ -49,6 +49,10 @@ def test_image_matches_the_pins() -> None:
     # the engine's jar, built by the set-up script's own build, is where the engine and hook look for it
     assert "/build/scripts/build-engine-jar.sh" in dockerfile
     assert "FKJOIN_ENGINE_JAR=/opt/fkjoin/fkjoin-engine.jar" in dockerfile
+    # the drivers' class archive is built in the image, after SPARK_HOME (its class path) is set, where the
+    # hook looks for it
+    archive = dockerfile.index("RUN python -m airflow_provider_fkjoin.cli jvm-archive")
+    assert dockerfile.index("ENV SPARK_HOME=") < dockerfile.index("ENV FKJOIN_JVM_ARCHIVE_DIR=") < archive
     for copied in re.findall(r"^COPY (?:--chown=\S+ )?(?!--from)(.+) \S+$", dockerfile, re.M):
         for source in copied.split():
             assert (REPO / source).exists(), f"COPY source {source} does not exist"
