@@ -50,8 +50,10 @@ _CHECKOUT_JARS = _PACKAGE_PARENT / ".jars"
 
 #: HotSpot options for a short-lived driver besides the archive, chosen by timing a cold small refresh
 #: through spark-submit with each candidate set (bench/README.md, "Airflow execution modes"): the client
-#: compiler only (a process of seconds never recoups the optimising compiler's compile time; C2 only was
-#: twice as slow) and the parallel collector (1-2 s less than G1, the default, and than the serial one).
+#: compiler only (a process of seconds never recoups the optimising compiler's compile time: 4-5 s less;
+#: the optimising compiler only was slower than no option at all) and the parallel collector (0.5-2.7 s
+#: less than G1, the default on a machine of 2 cores or more, in each of four runs; less than the serial
+#: collector too).
 SHORT_LIVED_FLAGS: tuple[str, ...] = ("-XX:TieredStopAtLevel=1", "-XX:+UseParallelGC")
 
 #: One process: tiny inputs written without a JVM, a full refresh, a change on each side, an incremental

@@ -37,6 +37,14 @@ Execution API's set-up), before and after the driver's quick start, round-robin:
 start until the Spark session is ready, the refresh, the exit.
 
     python -m bench.airflow_modes --submit-dags-test --repeat 3 --json-out bench/results/submit_dags_test.json
+
+``--driver-flags`` chooses the driver's JVM options: the same small refresh through the hook's spark-submit
+(no Airflow task), each round once per candidate set of options (``name=options``;
+``{archive_option}`` stands for ``-XX:SharedArchiveFile=<the class archive>``), the hook's own fast start
+off, round-robin; each run's phases as the hook reports them.
+
+    python -m bench.airflow_modes --driver-flags none= 'cds_c1={archive_option} -XX:TieredStopAtLevel=1' \
+        --repeat 3 --json-out bench/results/driver_flags.json
 """
 
 from __future__ import annotations
@@ -341,6 +349,56 @@ def noop_dags_test(args: argparse.Namespace, env: dict[str, str], warehouse: Pat
     write_report(report, args.json_out)
 
 
+def time_driver_flags(options: str, the_spec: dict[str, Any]) -> dict[str, Any]:
+    """One refresh through the hook's spark-submit with ``options`` as the driver's JVM options (after the
+    engine's log settings; the hook adds nothing of its own): the hook's phases and the result's mode."""
+    from airflow_provider_fkjoin.engine import ENGINE_LOG4J
+    from airflow_provider_fkjoin.hooks import FkJoinHook
+
+    java_options = f"-Dlog4j.configurationFile=file:{ENGINE_LOG4J} {options}".strip()
+    hook = FkJoinHook(
+        "spark_default",
+        noop_check=False,
+        fast_driver_start=False,
+        conf={"spark.driver.extraJavaOptions": java_options},
+    )
+    result = hook.run(the_spec)
+    return {**(hook.submit_phases or {}), "mode": result["mode"]}
+
+
+def driver_flags(args: argparse.Namespace, env: dict[str, str], warehouse: Path) -> None:
+    """``--driver-flags``: the archive built if missing, one full refresh, then ``--repeat`` rounds of a
+    small refresh per candidate set of driver JVM options."""
+    os.environ.pop("SPARK_SUBMIT_OPTS", None)  # the driver gets only the options under test
+    archive = build_report(env)
+    print("class archive", archive, flush=True)
+    candidates = dict(item.split("=", 1) for item in args.driver_flags)
+    candidates = {
+        name: options.replace("{archive_option}", f"-XX:SharedArchiveFile={archive['archive']}")
+        for name, options in candidates.items()
+    }
+    the_spec = spec(warehouse)
+    print("first refresh", time_driver_flags("", the_spec), flush=True)
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in candidates}
+    round_number = 0
+    for _ in range(args.repeat):
+        for name, options in candidates.items():
+            round_number += 1
+            change(warehouse, round_number)
+            runs[name].append(time_driver_flags(options, the_spec))
+            print(name, runs[name][-1], flush=True)
+    report = {
+        "command": command_line("bench.airflow_modes"),
+        "repeat": args.repeat,
+        "rows": {"orders": 12, "customers": 4},
+        "class_archive": archive,
+        "candidates": candidates,
+        "load_average_after": os.getloadavg(),
+        "cases": {name: summary(case_runs) for name, case_runs in runs.items()},
+    }
+    write_report(report, args.json_out)
+
+
 #: The ``--submit-dags-test`` cases: (name, environment of ``airflow dags test``).
 SUBMIT_CASES = [
     ("fast start off", {"AIRFLOW__FKJOIN__FAST_DRIVER_START": "False"}),
@@ -409,6 +467,13 @@ def main(argv: list[str] | None = None) -> None:
         help="only the noop through the no-JVM check, in `airflow dags test` (task instance start/end dates)",
     )
     parser.add_argument(
+        "--driver-flags",
+        nargs="+",
+        metavar="NAME=OPTIONS",
+        help="only a small refresh through the hook's spark-submit, once per round per set of driver JVM "
+        "options ({archive_option} is -XX:SharedArchiveFile=<the class archive>)",
+    )
+    parser.add_argument(
         "--submit-dags-test",
         action="store_true",
         help="only a small refresh through spark-submit in `airflow dags test`, the driver's fast start off "
@@ -417,7 +482,8 @@ def main(argv: list[str] | None = None) -> None:
     add_common(parser, DATA_DIR / "airflow_modes", repeat=5)
     args = parser.parse_args(argv)
     name = "noop_dags_test" if args.noop_dags_test else "airflow_modes"
-    args.json_out = json_out(args.json_out, "submit_dags_test" if args.submit_dags_test else name)
+    name = "submit_dags_test" if args.submit_dags_test else name
+    args.json_out = json_out(args.json_out, "driver_flags" if args.driver_flags else name)
 
     shutil.rmtree(args.workdir, ignore_errors=True)
     warehouse, home = args.workdir / "warehouse", args.workdir / "airflow-home"
@@ -448,6 +514,9 @@ def main(argv: list[str] | None = None) -> None:
         return
     if args.submit_dags_test:
         submit_dags_test(args, env, warehouse, home)
+        return
+    if args.driver_flags:
+        driver_flags(args, {k: v for k, v in env.items() if k != "SPARK_SUBMIT_OPTS"}, warehouse)
         return
     server = start_connect_server(args.workdir, port)
     the_spec = spec(warehouse)
