@@ -296,7 +296,7 @@ def describe_execution(execution, started_ms: float) -> str:
 #: Thread groups of a local-mode driver JVM, by the start of the thread's name as ``/proc`` shows it (15
 #: characters); any other thread is the driver's own work (planning, Delta's log, py4j, the scheduler).
 JVM_THREAD_GROUPS = {
-    "jit": ("C1 CompilerThre", "C2 CompilerThre", "C1 CompilerThread", "C2 CompilerThread"),
+    "jit": ("C1 CompilerThre", "C2 CompilerThre"),
     "gc": ("GC Thread", "G1 ", "VM Thread", "VM Periodic"),
     "tasks": ("Executor task",),
 }

@@ -361,26 +361,29 @@ class DeltaHandle:
     def read_with_positions(self, version: int) -> DataFrame:
         """The table as of ``version`` with each row's data file and row index (:data:`ROW_POSITION_COLUMNS`):
         what deletion vectors are written from."""
-        warm = _WARM_READS.get()
-        if warm is not None and self.ref.path is not None and warm.spark is self.spark:
-            frame = warm.frame(self.ref.path, version, positions=True)
-            if frame is not None:
-                return frame
+        frame = self._warm_read(version, positions=True)
+        if frame is not None:
+            return frame
         file, row = ROW_POSITION_COLUMNS
-        return self.read(version).selectExpr(
+        return self._delta_read(version).selectExpr(
             "*", f"_metadata.file_path AS {file}", f"_metadata.row_index AS {row}"
         )
 
     def read(self, version: int | None = None) -> DataFrame:
         """The table as of ``version`` (latest when None); inside :func:`warm_file_reads`, a pinned
         version of a table by path is read over the engine's warm file list."""
+        frame = self._warm_read(version, positions=False) if version is not None else None
+        return frame if frame is not None else self._delta_read(version)
+
+    def _warm_read(self, version: int, *, positions: bool) -> DataFrame | None:
+        """The read over the warm file list of the :func:`warm_file_reads` block around it (None: no
+        block, a table named in a catalog, or a session whose JVM side cannot)."""
         warm = _WARM_READS.get()
-        pinned = version is not None and self.ref.path is not None
-        if warm is not None and pinned and warm.spark is self.spark:
-            assert version is not None and self.ref.path is not None
-            frame = warm.frame(self.ref.path, version)
-            if frame is not None:
-                return frame
+        if warm is None or self.ref.path is None or warm.spark is not self.spark:
+            return None
+        return warm.frame(self.ref.path, version, positions=positions)
+
+    def _delta_read(self, version: int | None) -> DataFrame:
         reader = self.spark.read.format("delta")
         if version is not None:
             reader = reader.option("versionAsOf", version)

@@ -205,7 +205,7 @@ public final class NetChangeCommit {
     transaction.readWholeTable();
     transaction.readTxn().addOne(appId);
     Seq<AddFile> files =
-        seqOf(new ArrayList<>(TableFiles.filesAt(log, transaction.snapshot(), output)._1()));
+        seqOf(new ArrayList<>(TableFiles.filesAt(log, transaction.snapshot())._1()));
     List<Action> actions = new ArrayList<>();
     JsonNode located = request.get("located");
     if (located != null && !located.isNull()) {

@@ -83,7 +83,7 @@ final class TableFiles {
     }
     DeltaLog log = DeltaLog.forTable(spark, path);
     Snapshot snapshot = log.getSnapshotAt(version, Option.empty(), Option.empty(), false);
-    Tuple2<Collection<AddFile>, String> found = filesAt(log, snapshot, path);
+    Tuple2<Collection<AddFile>, String> found = filesAt(log, snapshot);
     Dataset<Row> frame =
         log.createDataFrame(
             snapshot, CollectionConverters.asScala(List.copyOf(found._1())).toSeq(), false, Option.empty());
@@ -97,7 +97,7 @@ final class TableFiles {
   }
 
   /** The files of {@code snapshot}'s version, and how they were found. */
-  static Tuple2<Collection<AddFile>, String> filesAt(DeltaLog log, Snapshot snapshot, String path) {
+  static Tuple2<Collection<AddFile>, String> filesAt(DeltaLog log, Snapshot snapshot) {
     long version = snapshot.version();
     String tableId = snapshot.metadata().id();
     String key = log.dataPath().toString();
@@ -127,10 +127,9 @@ final class TableFiles {
         listed
             ? CollectionConverters.asJava(checksum.get().allFiles().get())
             : snapshot.allFiles().collectAsList();
-    String dataPath = log.dataPath().toString();
     Map<String, AddFile> byKey = new LinkedHashMap<>();
     for (AddFile file : files) {
-      byKey.put(fileKey(dataPath, file.path(), file.deletionVector()), file);
+      byKey.put(fileKey(key, file.path(), file.deletionVector()), file);
     }
     if (commitId != null && (held == null || !held.tableId().equals(tableId) || held.version() <= version)) {
       keep(key, new Held(tableId, version, commitId, byKey));
