@@ -44,6 +44,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     add_common(p, DATA_DIR / "fixed_cost", repeat=5)
     p.add_argument("--warmup", type=int, default=3, help="untimed refreshes first (JIT warm-up)")
     p.add_argument("--write-path", choices=["auto", "merge"], default="auto")
+    p.add_argument(
+        "--strategy",
+        choices=["auto", "incremental", "recompute"],
+        default="auto",
+        help="the spec's refresh_strategy (auto: the engine's estimate chooses)",
+    )
     p.add_argument("--profile", action="store_true", help="cProfile each refresh to WORKDIR/profile-N.pstats")
     p.add_argument("--conf", action="append", default=[], help="extra Spark conf KEY=VALUE (repeatable)")
     args = p.parse_args(argv)
@@ -79,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         "foreign_key": ["customer_id"],
         "how": "left",
         "output": {"path": out},
+        "refresh_strategy": args.strategy,
     }
     run_spec(spec, spark=spark, write_path=args.write_path)
 
@@ -123,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
                 ),
                 "sql_executions": len(executions),
                 "write_path": result.get("write_path"),
+                "strategy": result.get("strategy"),
                 "compacted": result.get("compacted"),
                 "rows": {k: result["rows"][k] for k in ("inserted", "updated", "deleted")},
             }
@@ -131,7 +139,8 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"[fixed_cost] refresh #{index + 1} ({label}): {wall}s {refreshes[-1]['spark_jobs']} jobs, "
             f"JVM CPU {refreshes[-1]['jvm_cpu_s']}, Python {refreshes[-1]['python_cpu_s']}s, "
-            f"{refreshes[-1]['codegen_compiles']} compiles",
+            f"{refreshes[-1]['codegen_compiles']} compiles, "
+            f"strategy {(result.get('strategy') or {}).get('chosen')}",
             flush=True,
         )
     warmups = [r["wall_s"] for r in refreshes[: args.warmup]]

@@ -519,6 +519,8 @@ class OutputSpec:
     fk_oracle: FkSpec | None = None
     columns_oracle: Mapping[str, ColumnSpec] | None = None
     write_path: str = "auto"
+    #: The spec's ``refresh_strategy`` (left out when None).
+    strategy: str | None = None
 
 
 @dataclass
@@ -597,6 +599,8 @@ class World:
             }
             if out.columns is not None:
                 spec["columns"] = dict(out.columns)
+            if out.strategy is not None:
+                spec["refresh_strategy"] = out.strategy
             self.specs[name] = spec
         self.history: dict[str, list[Refresh]] = {name: [] for name in self.outputs}
         self._last_ok: dict[str, Refresh] = {}

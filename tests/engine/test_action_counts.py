@@ -182,6 +182,7 @@ class FkWorld:
     log_loads: dict[str, int]
     statements: list[str]
     small: FkRefresh
+    recomputed: FkRefresh
     adaptive: FkRefresh
     failure: BaseException | None
     session_after_failure: dict[str, str | None]
@@ -213,7 +214,7 @@ def fk_world(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> F
        recorded (also the warm-up: the first incremental refresh of a kind in a session loads classes
        and fills caches, no cost of the refresh itself);
     2. an order and a customer changed (11 output rows), on a session of 16 shuffle partitions: the
-       counted small refresh;
+       counted small refresh; then another order and customer, refreshed by the recompute strategy, counted;
     3. another order and customer, with ``spark.fkjoin.smallRefreshBytes=0``: the same refresh with
        adaptive execution, counted;
     4. an order changed and a refresh failed at ``changes_read``;
@@ -231,6 +232,7 @@ def fk_world(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> F
         "right": {"path": str(customers), "key": ["customer_id"]},
         "foreign_key": ["customer_id"],
         "output": {"path": str(out)},
+        "refresh_strategy": "incremental",
     }
 
     def change(order: int, amount: float, customer: int | None = None, name: str = "") -> None:
@@ -265,6 +267,8 @@ def fk_world(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> F
     try:
         change(7, 3.5, 5, "x")
         small = _fk_refresh(spark, spec, out)
+        change(8, 2.5, 7, "y")
+        recomputed = _fk_refresh(spark, {**spec, "refresh_strategy": "recompute"}, out)
         change(9, 4.5, 6, "x")
         spark.conf.set("spark.fkjoin.smallRefreshBytes", "0")
         try:
@@ -304,6 +308,7 @@ def fk_world(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> F
         dict(loads),
         statements,
         small,
+        recomputed,
         adaptive,
         failure,
         session_after_failure,
@@ -333,6 +338,24 @@ def test_a_small_foreign_key_refresh_runs_a_few_spark_actions(fk_world: FkWorld)
     assert refresh.result["rows"]["updated"] == 11
     assert fk_world.small.output == fk_world.small.oracle
     assert_bounded(refresh, FK_REFRESH_MAX_JOBS, FK_REFRESH_MAX_EXECUTIONS)
+
+
+#: The most jobs and SQL executions of the same small refresh by the recompute strategy: the join and
+#: its comparison with the output in one job (the inputs' key checks observed on it), then the commit's.
+FK_RECOMPUTE_MAX_JOBS = 5
+FK_RECOMPUTE_MAX_EXECUTIONS = 24
+
+
+def test_a_small_foreign_key_recompute_runs_a_few_spark_actions(fk_world: FkWorld) -> None:
+    """The same small refresh with ``refresh_strategy: recompute``: the output equals the oracle, only the
+    11 changed rows are written (by the net-change commit), and in fewer jobs than the incremental plan."""
+    refresh = fk_world.recomputed.counted
+    assert refresh.result["mode"] == "incremental", refresh.result
+    assert refresh.result["strategy"]["chosen"] == "recompute", refresh.result
+    assert refresh.result["write_path"] == "net_changes"
+    assert refresh.result["rows"]["updated"] == 11
+    assert fk_world.recomputed.output == fk_world.recomputed.oracle
+    assert_bounded(refresh, FK_RECOMPUTE_MAX_JOBS, FK_RECOMPUTE_MAX_EXECUTIONS)
 
 
 def test_a_small_refresh_runs_without_adaptive_execution_and_restores_the_session(fk_world: FkWorld) -> None:

@@ -4,7 +4,8 @@ recomputed from scratch at the refresh's input versions, with a clean change fee
 Hypothesis draws tiny inputs (8 left keys, 5 right keys, FKs that include a null, a key that never
 exists and keys that are prefixes of each other) and a sequence of commits: inserts, updates, FK changes,
 deletes on both sides, identical rewrites, null-key rows, with refreshes in between, for an inner or a left
-join, into one output written with net changes and one written with MERGE. Every refresh is checked by
+join, into one output written with net changes, one written with MERGE and one refreshed by recomputing
+the join and committing its net changes (``refresh_strategy: recompute``). Every refresh is checked by
 :class:`helpers.World` (mode, versions, one commit per refresh, counts, the oracle on every key, one net
 change per changed key in the output's change feed), and the two outputs against each other.
 """
@@ -115,34 +116,40 @@ def test_refreshes_equal_recompute(spark: SparkSession, plan: dict[str, Any], ad
             left_key=["id"],
             right_key=["rk"],
             outputs={
-                "direct": OutputSpec(how=how, foreign_key=["fk"]),
+                "direct": OutputSpec(how=how, foreign_key=["fk"], strategy="incremental"),
                 "merge": OutputSpec(how=how, foreign_key=["fk"], write_path="merge"),
+                "recompute": OutputSpec(how=how, foreign_key=["fk"], strategy="recompute"),
             },
         )
         world.create(plan["left"], plan["right"])
-        seen = {"direct": -1, "merge": -1}
+        seen = {"direct": -1, "merge": -1, "recompute": -1}
 
         def refresh() -> None:
             records = world.refresh()
             for name in world.outputs:
                 world.assert_ok(name)
             results = {name: record.result for name, record in records.items()}
-            assert results["direct"] is not None and results["merge"] is not None
+            assert all(result is not None for result in results.values()), results
             if results["direct"]["mode"] == "incremental":
                 assert results["direct"]["write_path"] == "net_changes", results["direct"]
                 assert results["merge"]["write_path"] == "merge", results["merge"]
+                assert results["recompute"]["write_path"] == "net_changes", results["recompute"]
+                assert results["recompute"]["strategy"]["chosen"] == "recompute", results["recompute"]
+                assert results["direct"]["strategy"]["chosen"] == "incremental", results["direct"]
             assert results["direct"]["rows"] == results["merge"]["rows"]
+            for count in ("inserted", "updated", "deleted"):
+                assert results["recompute"]["rows"][count] == results["direct"]["rows"][count]
             feeds = {}
             for name, result in results.items():
                 version = result["output"]["version"]
                 changed = version > seen[name]
                 feeds[name] = _feed(spark, world.out_path(name), seen[name] + 1, version) if changed else []
                 seen[name] = version
-            assert feeds["direct"] == feeds["merge"]
+            assert feeds["direct"] == feeds["merge"] == feeds["recompute"]
             tables = {
                 name: sorted(spark.read.format("delta").load(world.out_path(name)).collect(), key=repr)
                 for name in world.outputs
             }
-            assert tables["direct"] == tables["merge"]
+            assert tables["direct"] == tables["merge"] == tables["recompute"]
 
         play(world, plan["steps"], refresh)

@@ -161,6 +161,100 @@ def plan_refresh(
     return RefreshPlan("incremental", "changes since the last refresh", from_versions)
 
 
+STRATEGIES = ("incremental", "recompute")
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """What the refresh-strategy estimate weighs (:func:`estimate_costs`): a Spark job's fixed cost, and
+    how fast the cluster reads table bytes. Measured on 2 cores (``bench/strategy.py``); a session tunes
+    them with ``spark.fkjoin.cost.*`` (:func:`..runtime.session.cost_model`)."""
+
+    #: Seconds per Spark job of the plan (scheduling, planning, the driver between jobs).
+    job_s: float = 0.35
+    #: Compressed Parquet bytes a plan reads per second.
+    scan_bytes_per_s: float = 60e6
+    #: What a change-feed byte costs against a table byte: its rows are read as pre- and post-images,
+    #: grouped per key, and joined to the other side.
+    feed_weight: float = 6.0
+    #: What a recomputed output byte costs against a table byte: the join is shuffled, and compared with
+    #: the output's rows key by key.
+    recompute_weight: float = 3.0
+
+
+@dataclass(frozen=True)
+class StrategyEstimate:
+    """The estimated seconds of each strategy, and what they were estimated from (bytes, from the logs)."""
+
+    incremental_s: float
+    recompute_s: float
+    feed_bytes: int
+    input_bytes: int
+    output_bytes: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "incremental_s": round(self.incremental_s, 3),
+            "recompute_s": round(self.recompute_s, 3),
+            "feed_bytes": self.feed_bytes,
+            "input_bytes": self.input_bytes,
+            "output_bytes": self.output_bytes,
+        }
+
+
+def estimate_costs(
+    *,
+    feed_bytes: int,
+    input_bytes: int,
+    output_bytes: int,
+    incremental_jobs: int,
+    recompute_jobs: int,
+    model: CostModel = CostModel(),
+) -> StrategyEstimate:
+    """Estimate both strategies of an incremental refresh from byte counts the Delta logs give.
+
+    Both read the inputs at their pinned versions (a foreign-key join scans the left table for the rows a
+    changed right key touches); the incremental plan adds its change feeds (weighted by ``feed_weight``)
+    and the output's key columns, the recompute the whole output and the join's shuffle (weighted by
+    ``recompute_weight``). Each plan's Spark jobs add ``job_s`` each.
+
+    >>> e = estimate_costs(feed_bytes=2_000, input_bytes=60_000, output_bytes=50_000,
+    ...                    incremental_jobs=6, recompute_jobs=4)
+    >>> e.incremental_s > e.recompute_s
+    True
+    """
+    rate = model.scan_bytes_per_s
+    incremental = (
+        incremental_jobs * model.job_s
+        + (input_bytes + output_bytes / 4 + feed_bytes * model.feed_weight) / rate
+    )
+    recompute = recompute_jobs * model.job_s + (input_bytes + output_bytes) * model.recompute_weight / rate
+    return StrategyEstimate(incremental, recompute, feed_bytes, input_bytes, output_bytes)
+
+
+def choose_strategy(
+    requested: str, estimate: StrategyEstimate | None, unknown: str | None = None
+) -> tuple[str, str]:
+    """The strategy an incremental refresh takes, and why: what the spec asks (``refresh_strategy``), or
+    for ``auto`` the cheaper estimate (the incremental plan on a tie, or when there is no estimate:
+    ``unknown`` says why).
+
+    >>> choose_strategy("auto", estimate_costs(feed_bytes=10, input_bytes=10_000, output_bytes=9_000,
+    ...                                        incremental_jobs=6, recompute_jobs=4))[0]
+    'recompute'
+    """
+    if requested in STRATEGIES:
+        return requested, f"refresh_strategy: {requested} in the spec"
+    if estimate is None:
+        return "incremental", f"no cost estimate ({unknown or 'unknown sizes'}): the incremental plan"
+    cheaper = "recompute" if estimate.recompute_s < estimate.incremental_s else "incremental"
+    return cheaper, (
+        f"estimated {estimate.incremental_s:.2f} s incremental against {estimate.recompute_s:.2f} s "
+        f"recomputing ({estimate.feed_bytes} change-feed bytes, {estimate.input_bytes} input bytes, "
+        f"{estimate.output_bytes} output bytes)"
+    )
+
+
 def cdf_unavailable_reason(side: str, location: str, after: int, to: int, error: Exception) -> str:
     """The full-rebuild reason when a change feed could not be read (vacuumed history, CDF gaps)."""
     text = str(error).splitlines()[0] if str(error) else type(error).__name__
@@ -224,6 +318,9 @@ class RefreshResult(TypedDict):
     caught_up: NotRequired[bool]
     #: ``windowed_join`` in stream mode and ``self_join``: ``"self_join"`` when it ran as one, else None.
     optimized: NotRequired[str | None]
+    #: A keyed output's incremental refresh: how it computed its net changes (``incremental`` or
+    #: ``recompute``), why, and the estimate it weighed (``refresh_strategy`` in the spec).
+    strategy: NotRequired[dict[str, Any]]
 
 
 def refresh_result(

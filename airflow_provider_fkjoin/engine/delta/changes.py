@@ -415,3 +415,53 @@ def one_row_per_key(frame: DataFrame, key: list[str], table: DeltaHandle, versio
     counted = grouped.persist(StorageLevel.MEMORY_AND_DISK)
     rows = counted.select(*[quote(c) for c in frame.columns])
     return KeyedRows(rows, counted, frame, key, table, version, observation)
+
+
+@dataclass(frozen=True)
+class ObservedKeys:
+    """A whole table's rows with a non-null key, one per key, whose duplicate-key check and null-key count
+    are taken on the way of the action that reads them (``DataFrame.observe``): a recompute's inputs,
+    checked as a full rebuild checks them (:func:`check_keys`) without a job of its own.
+
+    After that action, :meth:`verify` raises :func:`check_keys`'s :class:`InputDataError` when a key
+    repeated, and returns the counts; when nothing was observed (Spark Connect), it runs
+    :func:`check_keys` on ``source``.
+
+    >>> orders = observed_keys(orders_rows, ["order_id"], orders_table, 7)
+    >>> commit(orders.rows); orders.verify()  # doctest: +SKIP
+    KeyCounts(rows=1000, null_keys=2)
+    """
+
+    rows: DataFrame
+    source: DataFrame
+    key: list[str]
+    table: DeltaHandle
+    version: int
+    observation: Observation | None
+
+    def verify(self) -> KeyCounts:
+        found = None if self.observation is None else observation_metrics(self.observation)
+        if found is None or found["duplicates"]:
+            return check_keys(self.source, self.key, self.table, self.version, count_nulls=True)
+        return KeyCounts(int(found["rows"] or 0), int(found["nulls"] or 0))
+
+
+def observed_keys(frame: DataFrame, key: list[str], table: DeltaHandle, version: int) -> ObservedKeys:
+    """``frame`` (``table``'s rows at ``version``) as one row per non-null key, checked on the way of the
+    action that reads it; see :class:`ObservedKeys`."""
+    values = [c for c in frame.columns if c not in key]
+    per_key, null = F.col("_fkjoin_n"), key_is_null(key)
+    grouped = frame.groupBy(*[quote(c) for c in key]).agg(
+        F.count(F.lit(1)).alias("_fkjoin_n"), *[F.first(quote(c)).alias(c) for c in values]
+    )
+    observation = None
+    if not is_connect(frame.sparkSession):
+        observation = Observation()
+        grouped = grouped.observe(
+            observation,
+            F.count_if((per_key > 1) & ~null).alias("duplicates"),
+            F.sum(F.when(null, per_key)).alias("nulls"),
+            F.sum(per_key).alias("rows"),
+        )
+    rows = grouped.where(~null).select(*[quote(c) for c in frame.columns])
+    return ObservedKeys(rows, frame, key, table, version, observation)

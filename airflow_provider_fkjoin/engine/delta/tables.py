@@ -119,6 +119,29 @@ class WarmFileReads:
 _WARM_READS: ContextVar[WarmFileReads | None] = ContextVar("fkjoin_warm_reads", default=None)
 
 
+def feed_bytes(tables: list[tuple[DeltaHandle, int, int]]) -> list[int | None]:
+    """The bytes each table's change feed reads over versions ``after + 1 .. to`` (``(table, after, to)``
+    each): its change-data files, or the data files a version added and removed, from the commits alone,
+    in one request to the engine's JVM side (no Spark job). None for a table it cannot tell: no engine jar,
+    a table named in a catalog, a commit gone.
+
+    >>> feed_bytes([(orders, 6, 7), (customers, 3, 3)])
+    [2114, 0]
+    """
+    found: list[int | None] = [0 if to <= after else None for _, after, to in tables]
+    asked = [i for i, (table, after, to) in enumerate(tables) if to > after and table.ref.path is not None]
+    if not asked or not engine_procedure.supports(tables[asked[0]][0].spark, "feed_size"):
+        return found
+    answer = engine_procedure.call(
+        tables[asked[0]][0].spark,
+        "feed_size",
+        tables=[{"path": tables[i][0].ref.path, "after": tables[i][1], "to": tables[i][2]} for i in asked],
+    )
+    for index, size in zip(asked, answer["sizes"], strict=True):
+        found[index] = int(size) if int(size) >= 0 else None
+    return found
+
+
 @contextmanager
 def warm_file_reads(spark: SparkSession, *, enabled: bool) -> Iterator[WarmFileReads | None]:
     """Within this block (when ``enabled``), reads of a table at a version by path go over the warm file

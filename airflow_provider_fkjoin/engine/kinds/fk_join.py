@@ -41,6 +41,7 @@ from ..delta.changes import (
     check_keys_of,
     feed_errors,
     maybe_broadcast,
+    observed_keys,
     one_row_per_key,
 )
 from ..delta.tables import (
@@ -52,7 +53,7 @@ from ..delta.tables import (
     pinned_input,
     require_columns,
 )
-from ..refresh.skeleton import KindRefresh, RefreshContext, Written
+from ..refresh.skeleton import KindRefresh, Recomputed, RefreshContext, Written
 from ..runtime.expressions import analysed, check_expressions, schema_probe
 from ..write.merge import PRESENT, Commit, CommitRequest, write_full_output
 from ..write.net_changes import NetChanges, net_changes
@@ -319,6 +320,8 @@ class ForeignKeyJoinRefresh(KindRefresh):
     """
 
     spec: ForeignKeyJoinSpec
+    incremental_jobs = 6
+    recompute_jobs = 4
     #: What ``prepare`` resolved, read by every step: each side's pinned version, each side as the
     #: join reads it, and the join's columns.
     to_versions: dict[str, int]
@@ -356,6 +359,30 @@ class ForeignKeyJoinRefresh(KindRefresh):
     def full(self, refresh: RefreshContext, plan: RefreshPlan) -> Written:
         request = refresh.request("full", plan.reason)
         return Written(*self._full(request))
+
+    def recompute(self) -> Recomputed | None:
+        """The join of both sides at their pinned versions, their keys checked as a full rebuild checks
+        them, on the way of the action that compares the join with the output (a changelog side has no
+        recompute here: its whole log is reduced either way)."""
+        if any(side.changelog is not None for side in self.sides.values()):
+            return None
+        spec, shape, sides = self.spec, self.shape, self.sides
+        left, right = (
+            observed_keys(sides[side].rows, key, sides[side].handle, sides[side].version)
+            for side, key in (("left", shape.left_key), ("right", shape.right_key))
+        )
+        joined = _join(_with_fk(left.rows, shape), right.rows, shape, spec.how)
+
+        def rows(commit: Commit) -> dict[str, Any]:
+            return _rows(
+                commit.inserted,
+                commit.updated,
+                commit.deleted,
+                null_left=left.verify().null_keys,
+                null_right=right.verify().null_keys,
+            )
+
+        return Recomputed(joined, list(shape.left_key), list(shape.value_columns), rows, (left, right))
 
     def _full(self, request: CommitRequest) -> tuple[Commit, dict[str, Any]]:
         """The full rebuild: the join of both sides at their pinned versions, written over the output."""

@@ -26,12 +26,15 @@ from typing import Any, ClassVar
 
 from pyspark.sql import DataFrame, SparkSession
 
-from ..core.errors import FullRebuildRefusedError
+from ..core.errors import FullRebuildRefusedError, SpecError
 from ..core.planning import (
     InputState,
     RebuildRequired,
     RefreshPlan,
     RefreshResult,
+    StrategyEstimate,
+    choose_strategy,
+    estimate_costs,
     plan_refresh,
     refresh_result,
 )
@@ -45,10 +48,16 @@ from ..core.spec import spec_field_hashes, spec_fingerprint
 from ..core.trace import phase, phase_timeline
 from ..delta.output_log import read_output_log
 from ..delta.ownership import Ownership
-from ..delta.tables import DeltaHandle, TableState, warm_file_reads
-from ..runtime.session import SMALL_REFRESH_BYTES_CONF, is_small, small_refresh
+from ..delta.tables import DeltaHandle, TableState, feed_bytes, warm_file_reads
+from ..runtime.session import SMALL_REFRESH_BYTES_CONF, cost_model, is_small, small_refresh
 from ..write.merge import Commit, CommitRequest, merge_output
-from ..write.net_changes import MergeRequired, NetChanges, commit_net_changes, compact_output
+from ..write.net_changes import (
+    MergeRequired,
+    NetChanges,
+    commit_net_changes,
+    compact_output,
+    net_changes,
+)
 
 log = logging.getLogger(__name__)
 
@@ -314,6 +323,20 @@ class Written:
     reason: str | None = None
 
 
+@dataclass(frozen=True)
+class Recomputed:
+    """A keyed kind's output recomputed from its pinned inputs (:meth:`KindRefresh.recompute`), for the
+    recompute strategy: the rows (not yet computed), their key and value columns, the result's ``rows``
+    once the net changes against the output are committed, and the input checks (each with a
+    ``verify()`` that raises on bad input) taken by the action that computes the net changes."""
+
+    rows: DataFrame
+    key: list[str]
+    value_columns: list[str]
+    result_rows: Callable[[Commit], dict[str, Any]]
+    checks: tuple[Any, ...] = ()
+
+
 class KindRefresh(ABC):
     """One kind's refresh of one output: the join's own algorithm, which :func:`refresh_once` runs.
 
@@ -335,6 +358,11 @@ class KindRefresh(ABC):
     append_only: ClassVar[bool] = False
     #: What replacing an append-only output would change for the rows earlier refreshes appended.
     replace_consequence: ClassVar[str] = ""
+    #: The Spark jobs of a small incremental refresh and of a recompute (what the strategy estimate
+    #: charges each plan per job; counted in ``tests/engine/test_action_counts.py``). A kind with a
+    #: :meth:`recompute` sets both.
+    incremental_jobs: ClassVar[int] = 0
+    recompute_jobs: ClassVar[int] = 0
 
     def __init__(self, spec: Any, spark: SparkSession, identity: Any = None) -> None:
         #: What to compute; ``identity`` is the spec the output's progress is recorded under (default:
@@ -380,6 +408,12 @@ class KindRefresh(ABC):
     @abstractmethod
     def full(self, refresh: RefreshContext, plan: RefreshPlan) -> Written:
         """Rebuild the output from the pinned inputs."""
+
+    def recompute(self) -> Recomputed | None:
+        """The join recomputed from the pinned inputs, for the recompute strategy, after checking the
+        inputs as a full rebuild does (None: this kind or this spec cannot; the incremental plan runs).
+        Only keyed kinds, whose output is the join's rows by key, override it."""
+        return None
 
     def allows_replace(self, options: RunOptions) -> bool:
         """Whether a full rebuild may replace an existing append-only output."""
@@ -446,6 +480,12 @@ def refresh_once(kind: KindRefresh, options: RunOptions) -> RefreshResult:
 
 
 def _refresh(kind: KindRefresh, options: RunOptions, started: float) -> RefreshResult:
+    requested = getattr(kind.identity, "refresh_strategy", "auto")
+    if requested == "recompute" and not kind.recompute_jobs:
+        raise SpecError(
+            f"refresh_strategy: recompute is for keyed outputs; a {kind.identity.kind} output "
+            f"{kind.output.location} is refreshed incrementally only: leave refresh_strategy out"
+        )
     states = pin_inputs(kind.handles, kind.before_pin)
     phase("pinned")
     input_bytes = _table_bytes(kind, states, None)
@@ -478,7 +518,7 @@ def _refresh_pinned(
                 settings["spark.sql.shuffle.partitions"],
                 SMALL_REFRESH_BYTES_CONF,
             )
-        return _write(kind, options, refresh, plan, current)
+        return _write(kind, options, refresh, plan, current, states)
 
 
 def _table_bytes(
@@ -501,20 +541,115 @@ def _write(
     refresh: RefreshContext,
     plan: RefreshPlan,
     current: dict[str, InputState],
+    states: dict[str, TableState],
 ) -> RefreshResult:
-    """Run the kind's incremental path (falling back to a full rebuild) or its full rebuild."""
+    """Run the kind's incremental path (or, when the strategy says so, its recompute; either falls back to
+    a full rebuild) or its full rebuild."""
     if plan.mode == "incremental":
+        strategy = _strategy(kind, refresh, plan, states)
         try:
-            written = kind.incremental(refresh, plan)
+            written = None
+            if strategy is not None and strategy["chosen"] == "recompute":
+                written = _recompute(kind, refresh, plan, strategy)
+            if written is None:
+                written = kind.incremental(refresh, plan)
         except RebuildRequired as unavailable:
             plan = RefreshPlan("full", str(unavailable), dict.fromkeys(current))
         else:
             phase("committed")
             if written.reason is not None:
                 plan = RefreshPlan(plan.mode, written.reason, plan.from_versions)
-            return kind.result(refresh, plan, written.commit, written.rows)
+            result = kind.result(refresh, plan, written.commit, written.rows)
+            if strategy is not None:
+                result["strategy"] = strategy
+            return result
     if kind.append_only and kind.output.exists() and not kind.allows_replace(options):
         refuse_replacing_append_only(kind.identity.kind, kind.output, plan.reason, kind.replace_consequence)
     written = kind.full(refresh, plan)
     phase("committed")
     return kind.result(refresh, plan, written.commit, written.rows)
+
+
+def _strategy(
+    kind: KindRefresh, refresh: RefreshContext, plan: RefreshPlan, states: dict[str, TableState]
+) -> dict[str, Any] | None:
+    """How a keyed kind's incremental refresh computes its net changes (the result's ``strategy``):
+    what the spec's ``refresh_strategy`` asks, or for ``auto`` the cheaper plan by
+    :func:`..core.planning.estimate_costs` over the sizes in the logs. None for a kind without one."""
+    if not kind.recompute_jobs:
+        return None
+    requested = getattr(kind.identity, "refresh_strategy", "auto")
+    estimate, unknown = None, None
+    if requested == "auto":
+        estimate, unknown = _estimate(kind, refresh, plan, states)
+    chosen, reason = choose_strategy(requested, estimate, unknown)
+    return {"chosen": chosen, "reason": reason, "estimate": estimate.as_dict() if estimate else None}
+
+
+def _estimate(
+    kind: KindRefresh, refresh: RefreshContext, plan: RefreshPlan, states: dict[str, TableState]
+) -> tuple[StrategyEstimate | None, str | None]:
+    """Both plans' estimated cost from the logs (the feeds' bytes from their commits, the tables' bytes
+    pinned), or None and why not."""
+    sides = [side for side, after in plan.from_versions.items() if after is not None]
+    feeds = feed_bytes(
+        [(kind.handles[side], plan.from_versions[side] or 0, states[side].version) for side in sides]
+    )
+    missing = [side for side, size in zip(sides, feeds, strict=True) if size is None]
+    if missing:
+        return None, f"the change feed size of input {missing[0]} is unknown"
+    input_bytes = _table_bytes(kind, states, None)
+    output_bytes = refresh.log.size_bytes
+    if input_bytes is None or output_bytes is None:
+        return None, "a table's size is unknown"
+    estimate = estimate_costs(
+        feed_bytes=sum(size or 0 for size in feeds),
+        input_bytes=input_bytes,
+        output_bytes=output_bytes,
+        incremental_jobs=kind.incremental_jobs,
+        recompute_jobs=kind.recompute_jobs,
+        model=cost_model(kind.spark),
+    )
+    return estimate, None
+
+
+def _recompute(
+    kind: KindRefresh, refresh: RefreshContext, plan: RefreshPlan, strategy: dict[str, Any]
+) -> Written | None:
+    """The recompute strategy: the join from the pinned inputs, compared key by key with the output's
+    rows, and only the rows that differ committed (the net-change commit), so the output's change feed
+    holds what an incremental refresh's would. None (the incremental plan runs instead, the reason added
+    to ``strategy``) when the kind cannot recompute this spec or the output cannot take a net-change
+    commit now."""
+    if not refresh.direct_write_possible():
+        strategy["fallback"] = "the output cannot take a net-change commit now: the incremental plan ran"
+        return None
+    recomputed = kind.recompute()
+    if recomputed is None:
+        strategy["fallback"] = "this spec has no recompute (a changelog input): the incremental plan ran"
+        return None
+    assert refresh.log.latest_version is not None
+    previous = kind.output.read(refresh.log.latest_version)
+    if set(previous.columns) != set(recomputed.rows.columns):
+        raise RebuildRequired(
+            f"the output {kind.output.location}'s columns {sorted(previous.columns)} differ from the "
+            f"join's columns {sorted(recomputed.rows.columns)}"
+        )
+    phase("changes_read")
+    request = refresh.request("incremental", plan.reason)
+    net = net_changes(previous, recomputed.rows, recomputed.key, recomputed.value_columns)
+    warned = len(refresh.warnings)
+    try:
+        for check in recomputed.checks:
+            check.verify()
+        phase("merge_started")
+        commit = refresh.commit_net_changes(net, recomputed.key, request)
+    finally:
+        net.release()
+    if commit is None:
+        reason = refresh.warnings.pop(warned) if len(refresh.warnings) > warned else ""
+        strategy["fallback"] = (
+            f"the recompute's net changes could not be committed ({reason}): the incremental plan ran"
+        )
+        return None
+    return Written(commit, recomputed.result_rows(commit))

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pyspark.sql import SparkSession
 
 from ..core.errors import SpecError
+from ..core.planning import CostModel
 from .packaging import DELTA_MAVEN_COORDINATE, ENGINE_LOG4J, delta_jars, local_jars
 
 log = logging.getLogger(__name__)
@@ -117,6 +118,36 @@ def is_small(spark: SparkSession, table_bytes: int | None) -> bool:
     """Whether tables of ``table_bytes`` (None: unknown) are within the session's small-refresh bound."""
     limit = small_refresh_limit(spark.conf.get(SMALL_REFRESH_BYTES_CONF, None))
     return limit > 0 and table_bytes is not None and table_bytes <= limit
+
+
+#: The session settings that tune the refresh-strategy estimate, by :class:`..core.planning.CostModel` field.
+COST_CONF = {
+    "job_s": "spark.fkjoin.cost.jobSeconds",
+    "scan_bytes_per_s": "spark.fkjoin.cost.scanBytesPerSecond",
+    "feed_weight": "spark.fkjoin.cost.feedWeight",
+    "recompute_weight": "spark.fkjoin.cost.recomputeWeight",
+}
+
+
+def cost_model(spark: SparkSession) -> CostModel:
+    """The refresh-strategy cost model, with the session's :data:`COST_CONF` settings over its defaults.
+
+    >>> spark.conf.set("spark.fkjoin.cost.jobSeconds", "0.5")
+    >>> cost_model(spark).job_s
+    0.5
+    """
+    tuned: dict[str, float] = {}
+    for field, key in COST_CONF.items():
+        text = spark.conf.get(key, None)
+        if text in (None, ""):
+            continue
+        try:
+            tuned[field] = float(text)
+        except ValueError:
+            raise SpecError(f"conf {key}={text!r}: give a number") from None
+        if tuned[field] <= 0:
+            raise SpecError(f"conf {key}={text!r}: give a positive number")
+    return CostModel(**tuned)
 
 
 def in_small_refresh(spark: SparkSession) -> bool:

@@ -19,6 +19,7 @@ def _fingerprinted(spec: BaseModel) -> dict[str, Any]:
         spec.tuning_fields() if hasattr(spec, "tuning_fields") else set(), True
     )
     excluded["adopt_existing_output"] = True
+    excluded["refresh_strategy"] = True
     if hasattr(spec, "output"):
         excluded["output"] = {"adopt_existing_output", "owner"}
     return spec.model_dump(mode="json", exclude=excluded)
@@ -29,7 +30,8 @@ def spec_fingerprint(spec: BaseModel) -> str:
 
     Stored in each output commit: a different fingerprint on the next run means a full rebuild.
     Tuning fields a spec lists in ``tuning_fields()`` (a size limit, say) are left out, so changing
-    them does not rebuild the output; so are ``adopt_existing_output`` and the output's ``owner``.
+    them does not rebuild the output; so are ``adopt_existing_output``, ``refresh_strategy`` (how the same
+    output is computed) and the output's ``owner``.
     """
     canonical = json.dumps(_fingerprinted(spec), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]

@@ -7,7 +7,7 @@ Every kind's model (``keyed``, ``windowed``, ``multiway``) is made of these, so 
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -58,6 +58,16 @@ class _KindSpec(_Strict):
     """What every kind's spec has: ``adopt_existing_output`` here or on ``output`` (either spelling)."""
 
     adopt_existing_output: bool = False
+    refresh_strategy: Literal["auto", "incremental", "recompute"] = Field(
+        default="auto",
+        description=(
+            "How an incremental refresh computes the output's net changes: `auto` (default) weighs the "
+            "incremental plan against recomputing the join from the pinned inputs, from the sizes in the "
+            "Delta logs, and takes the cheaper; `incremental` always joins only what changed; `recompute` "
+            "always recomputes the join and commits only the rows that differ. Either way the output's "
+            "change feed holds only real changes. Keyed outputs only (foreign-key, table-mode windowed)."
+        ),
+    )
 
     @property
     def adopts_existing_output(self) -> bool:

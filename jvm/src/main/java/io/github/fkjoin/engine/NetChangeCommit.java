@@ -94,6 +94,7 @@ public final class NetChangeCommit {
                   "output", "expected_version", "app_id", "seq", "located", "replaced", "rows", "proof"),
           "commit", Set.of("token"),
           "files", Set.of("path", "version", "view", "positions"),
+          "feed_size", Set.of("tables"),
           "abort", Set.of("token"));
 
   private NetChangeCommit() {}
@@ -141,6 +142,7 @@ public final class NetChangeCommit {
       case "prepare" -> prepare(spark, request, answer);
       case "commit" -> commit(required(request, "token").asText(), answer);
       case "files" -> TableFiles.view(spark, request, answer);
+      case "feed_size" -> TableFiles.feedSize(spark, request, answer);
       default -> {
         String token = required(request, "token").asText();
         if (PREPARED.remove(token) != null) {

@@ -13,6 +13,7 @@ import org.apache.spark.sql.delta.DeltaLog;
 import org.apache.spark.sql.delta.Snapshot;
 import org.apache.spark.sql.delta.VersionChecksum;
 import org.apache.spark.sql.delta.actions.Action;
+import org.apache.spark.sql.delta.actions.AddCDCFile;
 import org.apache.spark.sql.delta.actions.AddFile;
 import org.apache.spark.sql.delta.actions.DeletionVectorDescriptor;
 import org.apache.spark.sql.delta.actions.Metadata;
@@ -94,6 +95,63 @@ final class TableFiles {
     }
     frame.createOrReplaceTempView(view);
     answer.put("status", "ready").put("files", found._1().size()).put("source", found._2());
+  }
+
+  /**
+   * How much each table's change feed holds over versions {@code after+1 .. to}, from the commits alone
+   * (no Spark job): the bytes Delta's change-feed reader scans (a version's change-data files when it
+   * wrote any, else the data files it added and removed). What a refresh weighs its incremental plan by
+   * (the Python side's {@code DeltaHandle.feed_bytes}).
+   *
+   * <p>Request ({@code "action": "feed_size"}): {@code {"tables": [{"path": "/w/orders", "after": 7,
+   * "to": 9}]}}; answer: {@code {"status": "ready", "sizes": [2048]}}, a size of -1 where a commit is
+   * missing or a removed file's size was not recorded.
+   */
+  static void feedSize(SparkSession spark, JsonNode request, ObjectNode answer) {
+    com.fasterxml.jackson.databind.node.ArrayNode sizes = answer.putArray("sizes");
+    for (JsonNode table : NetChangeCommit.required(request, "tables")) {
+      sizes.add(
+          feedBytes(
+              DeltaLog.forTable(spark, NetChangeCommit.required(table, "path").asText()),
+              NetChangeCommit.required(table, "after").asLong(),
+              NetChangeCommit.required(table, "to").asLong()));
+    }
+    answer.put("status", "ready");
+  }
+
+  private static long feedBytes(DeltaLog log, long after, long to) {
+    if (to <= after) {
+      return 0;
+    }
+    long feed = 0;
+    long expected = after + 1;
+    Iterator<Tuple2<Object, scala.collection.immutable.Seq<Action>>> commits =
+        log.getChanges(after + 1, to, Option.empty(), true);
+    while (commits.hasNext() && expected <= to) {
+      Tuple2<Object, scala.collection.immutable.Seq<Action>> commit = commits.next();
+      if ((Long) commit._1() != expected) {
+        return -1;
+      }
+      expected++;
+      long cdc = 0;
+      long data = 0;
+      boolean hasCdc = false;
+      for (Action action : CollectionConverters.asJava(commit._2())) {
+        if (action instanceof AddCDCFile change) {
+          hasCdc = true;
+          cdc += change.size();
+        } else if (action instanceof AddFile add && add.dataChange()) {
+          data += add.size();
+        } else if (action instanceof RemoveFile remove && remove.dataChange()) {
+          if (remove.size().isEmpty()) {
+            return -1;
+          }
+          data += (Long) remove.size().get();
+        }
+      }
+      feed += hasCdc ? cdc : data;
+    }
+    return expected == to + 1 ? feed : -1;
   }
 
   /** The files of {@code snapshot}'s version, and how they were found. */
