@@ -23,7 +23,7 @@ from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
 
 _MISSING: Any = object()
-_SHOWN_MAX = 80
+_SHOWN_MAX = 120
 _NAMES_A_FIELD = re.compile(r"^[A-Za-z_][\w.\[\]]*: ")
 
 
