@@ -37,7 +37,7 @@ except ImportError as error:  # pragma: no cover - exercised by a broken install
 
 PAGE = "spec-reference.md"
 SCHEMA = Path(__file__).resolve().parents[1] / "spec.schema.json"
-SCHEMA_COMMAND = "python -m airflow_provider_fkjoin.engine.core.spec.schema > docs/spec.schema.json"
+SCHEMA_COMMAND = "python -m airflow_provider_fkjoin.engine.core.spec > docs/spec.schema.json"
 MARKER = re.compile(r"<!--\s*spec-fields:\s*([a-z_]+)(?:\s+mode:\s*([a-z_]+))?\s*-->")
 DURATION = "[duration](#durations)"
 _rendered: set[str] = set()

@@ -10,7 +10,6 @@ import importlib.util
 import json
 import re
 import sys
-import typing
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -21,17 +20,17 @@ import yaml
 from pydantic import BaseModel, Field
 
 from airflow_provider_fkjoin.engine.core.spec import (
-    AnySpec,
     load_spec,
     spec_field_hashes,
     spec_fingerprint,
     spec_json_schema,
     spec_json_schema_text,
+    spec_model_classes,
 )
 
 REPO = Path(__file__).resolve().parents[2]
 SCHEMA_FILE = REPO / "docs" / "spec.schema.json"
-REGENERATE = "python -m airflow_provider_fkjoin.engine.core.spec.schema > docs/spec.schema.json"
+REGENERATE = "python -m airflow_provider_fkjoin.engine.core.spec > docs/spec.schema.json"
 
 CHANGELOG = {
     "op_column": "op",
@@ -158,26 +157,8 @@ MINIMAL = [
 ]
 
 
-def spec_models() -> dict[str, type[BaseModel]]:
-    """Every model a spec is made of, from the kinds down, by class name."""
-    found: dict[str, type[BaseModel]] = {}
-
-    def walk(annotation: Any) -> None:
-        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-            if annotation.__name__ not in found:
-                found[annotation.__name__] = annotation
-                for info in annotation.model_fields.values():
-                    walk(info.annotation)
-            return
-        for argument in typing.get_args(annotation):
-            walk(argument)
-
-    walk(AnySpec)
-    return found
-
-
 def test_every_spec_field_has_a_description_and_an_example() -> None:
-    models = spec_models()
+    models = spec_model_classes()
     assert len(models) >= 20
     undescribed = [
         f"{model.__name__}.{name}"
@@ -197,7 +178,7 @@ def test_every_spec_field_has_a_description_and_an_example() -> None:
 
 def test_descriptions_speak_to_a_dag_author() -> None:
     """No engine vocabulary a spec author never wrote: class names, Python reprs, reST markup."""
-    models = spec_models()
+    models = spec_model_classes()
     class_names = re.compile(r"\b(" + "|".join(map(re.escape, models)) + r")\b")
     for model in models.values():
         for name, info in model.model_fields.items():
@@ -218,7 +199,7 @@ def test_the_schema_is_valid_json_schema_and_carries_every_description() -> None
     jsonschema.Draft202012Validator.check_schema(schema)
     text = json.dumps(schema)
     assert '"title"' not in text.replace('"title": "airflow-provider-fkjoin spec"', "")
-    for model in spec_models().values():
+    for model in spec_model_classes().values():
         for info in model.model_fields.values():
             assert json.dumps(info.description)[1:-1] in text
 

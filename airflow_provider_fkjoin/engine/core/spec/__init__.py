@@ -32,7 +32,8 @@ here, as it was when this was one module):
   :func:`spec_expressions`.
 - ``.fingerprint``: :func:`spec_fingerprint` and :func:`spec_field_hashes`.
 - ``.messages``: validation errors in the user's words (:func:`flow_yaml` shows values as YAML does).
-- ``.schema``: :func:`spec_json_schema`, the JSON Schema editors validate spec files with.
+- ``.schema``: :func:`spec_json_schema`, the JSON Schema editors validate spec files with, and
+  :func:`spec_model_classes`.
 """
 
 from ..errors import SpecError
@@ -81,7 +82,7 @@ from .refs import (
     check_projection,
     quote,
 )
-from .schema import spec_json_schema, spec_json_schema_text
+from .schema import spec_json_schema, spec_json_schema_text, spec_model_classes
 from .windowed import (
     EVENT_TIME,
     Duration,
@@ -149,4 +150,5 @@ __all__ = [
     "spec_fingerprint",
     "spec_json_schema",
     "spec_json_schema_text",
+    "spec_model_classes",
 ]

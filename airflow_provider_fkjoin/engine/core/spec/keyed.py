@@ -15,6 +15,7 @@ from .refs import (
     TableRef,
     _KindSpec,
     _Strict,
+    allow_full_replace_field,
     check_column_name,
     check_columns_leave_the_key,
     check_distinct_locations,
@@ -299,15 +300,7 @@ class StreamTableJoinSpec(_KindSpec):
         ),
         examples=[True],
     )
-    allow_full_replace: bool = Field(
-        default=False,
-        description=(
-            "Let a refresh replace the append-only output when it must be rebuilt (a changed spec, a change "
-            "feed that cannot serve). Default `false`: such a refresh is refused unless the run asks for a "
-            "full refresh."
-        ),
-        examples=[True],
-    )
+    allow_full_replace: bool = allow_full_replace_field()
     output: OutputRef = Field(
         description="The append-only output Delta table: one row per joined stream record.",
         examples=[{"path": "/warehouse/orders_enriched"}],

@@ -76,6 +76,19 @@ class _KindSpec(_Strict):
         return self.adopt_existing_output or bool(getattr(output, "adopt_existing_output", False))
 
 
+def allow_full_replace_field() -> Any:
+    """``allow_full_replace``, as every kind with an append-only output declares it."""
+    return Field(
+        default=False,
+        description=(
+            "Let a refresh replace the append-only output when it must be rebuilt (a changed spec, a change "
+            "feed that cannot serve). Default `false`: such a refresh is refused unless the run asks for a "
+            "full refresh."
+        ),
+        examples=[True],
+    )
+
+
 class TableRef(_Strict):
     """A Delta table by ``path`` (local or any Hadoop file system URI) or catalog ``name``."""
 

@@ -7,9 +7,9 @@ validator checks (one of ``path`` or ``name``, a changelog's columns against the
 inverted) is found by ``load_spec``. A spec in Joinery's own format is converted before validation, so the
 schema does not describe it.
 
-Run as a script to write it::
+To write it::
 
-    python -m airflow_provider_fkjoin.engine.core.spec.schema > spec.schema.json
+    python -m airflow_provider_fkjoin.engine.core.spec > spec.schema.json
 """
 
 from __future__ import annotations
@@ -25,17 +25,27 @@ from .loading import AnySpec, Spec
 SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 
 
-def _models(annotation: Any, found: dict[str, type[BaseModel]]) -> None:
-    """Every model reachable from ``annotation``, by name (the schema's ``$defs`` keys)."""
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        if annotation.__name__ in found:
+def spec_model_classes() -> dict[str, type[BaseModel]]:
+    """Every model a spec is made of, from the kinds down to their nested objects, by class name (the
+    schema's ``$defs`` keys).
+
+    >>> sorted(spec_model_classes())[:3]
+    ['ChangelogFormat', 'ChangelogOps', 'EventStreamRef']
+    """
+    found: dict[str, type[BaseModel]] = {}
+
+    def walk(annotation: Any) -> None:
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            if annotation.__name__ not in found:
+                found[annotation.__name__] = annotation
+                for info in annotation.model_fields.values():
+                    walk(info.annotation)
             return
-        found[annotation.__name__] = annotation
-        for info in annotation.model_fields.values():
-            _models(info.annotation, found)
-        return
-    for argument in typing.get_args(annotation):
-        _models(argument, found)
+        for argument in typing.get_args(annotation):
+            walk(argument)
+
+    walk(AnySpec)
+    return found
 
 
 def _plain(node: Any, *, names: bool = False) -> Any:
@@ -61,11 +71,8 @@ def spec_json_schema() -> dict[str, Any]:
     ['inner', 'left']
     """
     schema = TypeAdapter(Spec).json_schema(by_alias=True, mode="validation")
-    models: dict[str, type[BaseModel]] = {}
-    for model in typing.get_args(AnySpec):
-        _models(model, models)
     definitions = schema.get("$defs", {})
-    for name, model in models.items():
+    for name, model in spec_model_classes().items():
         definition = definitions.get(name)
         if definition is None:
             continue
@@ -93,7 +100,3 @@ def spec_json_schema() -> dict[str, Any]:
 def spec_json_schema_text() -> str:
     """The schema as the file the docs publish: indented JSON with a final newline."""
     return json.dumps(spec_json_schema(), indent=2, ensure_ascii=False) + "\n"
-
-
-if __name__ == "__main__":  # pragma: no cover - a command for writing the file
-    print(spec_json_schema_text(), end="")

@@ -16,6 +16,7 @@ from .refs import (
     TableRef,
     _KindSpec,
     _Strict,
+    allow_full_replace_field,
     check_column_name,
     check_columns_leave_the_key,
     check_distinct_locations,
@@ -106,6 +107,17 @@ class JoinWindow(_Strict):
         return self.before + self.after + self.grace
 
 
+def _window_field() -> Any:
+    """``window``, as the stream-mode join and the self-join declare it."""
+    return Field(
+        description=(
+            "The time window: a right row joins a left row at time `t` when its time is within "
+            "`[t - before, t + after]`."
+        ),
+        examples=[{"before": "1h", "after": "1h", "grace": "10m"}],
+    )
+
+
 class EventStreamRef(TableRef):
     """An append-only Delta table of events for a stream-mode windowed join: the join ``key`` (rows with a
     null key part never join), the event ``time`` column (TIMESTAMP, DATE or epoch-ms BIGINT) and
@@ -187,13 +199,7 @@ class WindowedJoinSpec(_KindSpec):
         description="The right append-only event table; its `key` has as many columns as the left's.",
         examples=[{"path": "/warehouse/clicks", "key": ["ad_id"], "time": "clicked_at"}],
     )
-    window: JoinWindow = Field(
-        description=(
-            "The time window: a right row joins a left row at time `t` when its time is within "
-            "`[t - before, t + after]`."
-        ),
-        examples=[{"before": "1h", "after": "1h", "grace": "10m"}],
-    )
+    window: JoinWindow = _window_field()
     how: Literal["inner", "left", "outer"] = Field(
         default="inner",
         description=(
@@ -219,15 +225,7 @@ class WindowedJoinSpec(_KindSpec):
         ),
         examples=[{"ad_id": "coalesce(l.ad_id, r.ad_id)", "click_id": "r.click_id"}],
     )
-    allow_full_replace: bool = Field(
-        default=False,
-        description=(
-            "Let a refresh replace the append-only output when it must be rebuilt (a changed spec, a change "
-            "feed that cannot serve). Default `false`: such a refresh is refused unless the run asks for a "
-            "full refresh."
-        ),
-        examples=[True],
-    )
+    allow_full_replace: bool = allow_full_replace_field()
     optimize: bool = Field(
         default=True,
         description=(
@@ -344,13 +342,7 @@ class SelfJoinSpec(_KindSpec):
             {"path": "/warehouse/atm_txns", "key": ["account_id"], "time": "txn_ts", "order_by": ["offset"]}
         ],
     )
-    window: JoinWindow = Field(
-        description=(
-            "The time window: a right row joins a left row at time `t` when its time is within "
-            "`[t - before, t + after]`."
-        ),
-        examples=[{"before": "1h", "after": "1h", "grace": "10m"}],
-    )
+    window: JoinWindow = _window_field()
     how: str = Field(
         default="inner",
         description=(
@@ -370,15 +362,7 @@ class SelfJoinSpec(_KindSpec):
         ),
         examples=[{"account_id": "l.account_id", "atm": "l.atm", "paired_atm": "r.atm"}],
     )
-    allow_full_replace: bool = Field(
-        default=False,
-        description=(
-            "Let a refresh replace the append-only output when it must be rebuilt (a changed spec, a change "
-            "feed that cannot serve). Default `false`: such a refresh is refused unless the run asks for a "
-            "full refresh."
-        ),
-        examples=[True],
-    )
+    allow_full_replace: bool = allow_full_replace_field()
     output: OutputRef = Field(
         description=(
             "The append-only output Delta table: one row per pair, with an `event_time` column (the pair's "
