@@ -31,7 +31,12 @@ from pydantic_core import PydanticUndefined
 
 try:
     # The one import of the spec models. If the module moves, change this line only.
-    from airflow_provider_fkjoin.engine.core.spec import AnySpec, flow_yaml, spec_json_schema_text
+    from airflow_provider_fkjoin.engine.core.spec import (
+        AnySpec,
+        field_limits,
+        flow_yaml,
+        spec_json_schema_text,
+    )
 except ImportError as error:  # pragma: no cover - exercised by a broken install
     raise PluginError(f"spec reference: cannot import the spec models: {error}") from error
 
@@ -123,20 +128,12 @@ def _plain(annotation: Any) -> str:
 
 def _constraints(field: Any) -> list[str]:
     """What a field's metadata restricts (lengths, bounds) and special parsing (durations)."""
-    found = []
-    for item in field.metadata:
-        kind = type(item).__name__
-        if kind == "MinLen":
-            found.append(f"at least {item.min_length}")
-        elif kind == "MaxLen":
-            found.append(f"at most {item.max_length}")
-        elif kind == "Ge":
-            found.append(f"≥ {item.ge}")
-        elif kind == "Gt":
-            found.append(f"> {item.gt}")
-        elif kind == "BeforeValidator" and "duration" in getattr(item.func, "__name__", ""):
-            found.append(DURATION)
-    return found
+    durations = [
+        DURATION
+        for item in field.metadata
+        if type(item).__name__ == "BeforeValidator" and "duration" in getattr(item.func, "__name__", "")
+    ]
+    return field_limits(field) + durations
 
 
 def _default(field: Any) -> str:

@@ -61,7 +61,7 @@ from .loading import (
     read_spec_file,
     spec_expressions,
 )
-from .messages import flow_yaml
+from .messages import field_limits, flow_yaml
 from .multiway import (
     DEFAULT_MAX_ROWS_PER_JOIN_KEY,
     FieldAlias,
@@ -139,6 +139,7 @@ __all__ = [
     "check_event_projection",
     "check_key_mapping",
     "check_projection",
+    "field_limits",
     "flow_yaml",
     "key_mapping_arity",
     "load_spec",

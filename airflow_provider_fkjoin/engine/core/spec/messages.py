@@ -107,10 +107,15 @@ def _expected(annotation: Any) -> str:
     return " or ".join(phrases)
 
 
-def _limits(info: FieldInfo | None) -> str:
-    """A field's bounds (``at least 1 item``, ``at least 0``), from its metadata."""
+def field_limits(info: FieldInfo | None) -> list[str]:
+    """A field's bounds from its metadata, as the reference and the messages say them.
+
+    >>> from pydantic import Field
+    >>> field_limits(Field(min_length=2, max_length=8)), field_limits(Field(ge=0))
+    (['at least 2 items', 'at most 8 items'], ['at least 0'])
+    """
     if info is None:
-        return ""
+        return []
     found = []
     for item in info.metadata:
         kind = type(item).__name__
@@ -120,7 +125,9 @@ def _limits(info: FieldInfo | None) -> str:
             found.append(f"at most {item.max_length} item{'s' if item.max_length != 1 else ''}")
         elif kind == "Ge":
             found.append(f"at least {item.ge}")
-    return ", ".join(found)
+        elif kind == "Gt":
+            found.append(f"more than {item.gt}")
+    return found
 
 
 def field_help(info: FieldInfo | None, *, literal: bool = False) -> str:
@@ -297,7 +304,7 @@ def _phrase(error: _Located, kind_names: tuple[str, ...]) -> tuple[str, str]:
             text += f" (got {shown})"
         return path, text
     expected = _expected(error.annotation) if error.annotation is not _MISSING else "another form"
-    limits = _limits(error.info) if error.at_field else ""
+    limits = ", ".join(field_limits(error.info)) if error.at_field else ""
     if limits:
         expected += f" ({limits})"
     line = f"expected {expected}, got {_shown(given)}."
