@@ -7,12 +7,12 @@
 
 Each marker becomes a table of every field of that model, nested objects flattened into field paths
 (``left.changelog.op_column``, ``inputs[].aliases[].from``): the path, the type with its constraints, the
-default (or "required") and a description. The description is the field's own ``description``, else the
-``#:`` comment above the field in the model's source, else the first paragraph of the nested model's
-docstring.
+default (or "required") and the field's own ``description`` with its ``examples``: the text the JSON Schema
+and the engine's error messages show too.
 
 The build fails (a ``PluginError``) when the models cannot be imported, when a marker names no model, when
-a model has no marker, or when the page was not rendered at all: the reference is never silently empty.
+a model has no marker, when a field has no description, when ``docs/spec.schema.json`` is not the schema the
+models give, or when the page was not rendered at all: the reference is never silently empty or stale.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import re
 import types
 import typing
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from mkdocs.exceptions import PluginError
@@ -30,11 +31,18 @@ from pydantic_core import PydanticUndefined
 
 try:
     # The one import of the spec models. If the module moves, change this line only.
-    from airflow_provider_fkjoin.engine.core.spec import AnySpec
+    from airflow_provider_fkjoin.engine.core.spec import (
+        AnySpec,
+        field_limits,
+        flow_yaml,
+        spec_json_schema_text,
+    )
 except ImportError as error:  # pragma: no cover - exercised by a broken install
     raise PluginError(f"spec reference: cannot import the spec models: {error}") from error
 
 PAGE = "spec-reference.md"
+SCHEMA = Path(__file__).resolve().parents[1] / "spec.schema.json"
+SCHEMA_COMMAND = "python -m airflow_provider_fkjoin.engine.core.spec > docs/spec.schema.json"
 MARKER = re.compile(r"<!--\s*spec-fields:\s*([a-z_]+)(?:\s+mode:\s*([a-z_]+))?\s*-->")
 DURATION = "[duration](#durations)"
 _rendered: set[str] = set()
@@ -63,38 +71,23 @@ def spec_models() -> dict[str, type[BaseModel]]:
     return models
 
 
-def _rst_to_markdown(text: str) -> str:
-    """Docstring markup as Markdown: ``x`` and :role:`x` become `x`."""
-    text = re.sub(r":[a-z]+:`~?\.?([^`]+)`", r"`\1`", text)
-    return text.replace("``", "`")
+def _description(model: type[BaseModel], name: str, field: Any) -> str:
+    """A field's description (Markdown) and its examples in YAML's flow style; a PluginError without one."""
+    if not field.description:
+        raise PluginError(
+            f"spec reference: field {name!r} of {model.__name__} has no description; give it "
+            "Field(description=...) in the model"
+        )
+    examples = [f"`{flow_yaml(example)}`" for example in field.examples or []]
+    shown = "Example" if len(examples) == 1 else "Examples"
+    return field.description + (f" {shown}: {', '.join(examples)}." if examples else "")
 
 
-def _docstring_summary(model: type) -> str:
-    """The first paragraph of a model's own docstring, on one line."""
-    doc = model.__dict__.get("__doc__") or ""
-    first = inspect.cleandoc(doc).split("\n\n")[0]
-    return _rst_to_markdown(" ".join(first.split()))
-
-
-def _comment_of(model: type[BaseModel], name: str) -> str:
-    """The ``#:`` comment above field ``name`` in the class that declares it."""
-    for klass in model.__mro__:
-        if name not in inspect.get_annotations(klass):
-            continue
-        try:
-            lines = inspect.getsource(klass).splitlines()
-        except (OSError, TypeError):
-            return ""
-        for index, line in enumerate(lines):
-            if re.match(rf"^\s+{re.escape(name)}\s*:", line):
-                comment: list[str] = []
-                above = index - 1
-                while above >= 0 and lines[above].strip().startswith("#:"):
-                    comment.insert(0, lines[above].strip()[2:].strip())
-                    above -= 1
-                return _rst_to_markdown(" ".join(comment))
-        return ""
-    return ""
+def check_schema_file() -> None:
+    """Fail the build when ``docs/spec.schema.json`` is not what the models give (it is published with the
+    site, and editors validate specs with it)."""
+    if not SCHEMA.is_file() or SCHEMA.read_text() != spec_json_schema_text():
+        raise PluginError(f"spec reference: {SCHEMA.name} is not the models' schema; run {SCHEMA_COMMAND}")
 
 
 def _is_model(annotation: Any) -> bool:
@@ -135,20 +128,12 @@ def _plain(annotation: Any) -> str:
 
 def _constraints(field: Any) -> list[str]:
     """What a field's metadata restricts (lengths, bounds) and special parsing (durations)."""
-    found = []
-    for item in field.metadata:
-        kind = type(item).__name__
-        if kind == "MinLen":
-            found.append(f"at least {item.min_length}")
-        elif kind == "MaxLen":
-            found.append(f"at most {item.max_length}")
-        elif kind == "Ge":
-            found.append(f"≥ {item.ge}")
-        elif kind == "Gt":
-            found.append(f"> {item.gt}")
-        elif kind == "BeforeValidator" and "duration" in getattr(item.func, "__name__", ""):
-            found.append(DURATION)
-    return found
+    durations = [
+        DURATION
+        for item in field.metadata
+        if type(item).__name__ == "BeforeValidator" and "duration" in getattr(item.func, "__name__", "")
+    ]
+    return field_limits(field) + durations
 
 
 def _default(field: Any) -> str:
@@ -209,11 +194,7 @@ def field_rows(model: type[BaseModel], prefix: str = "") -> list[Row]:
             type_text = ", ".join(constraints)
         else:
             type_text = ", ".join([_type_name(annotation), *constraints])
-        description = field.description or _comment_of(model, name)
-        others = [arg for arg in _union_args(annotation) if arg is not type(None) and not _is_model(arg)]
-        if not description and (nested or items) and not (nested and others):
-            description = _docstring_summary((nested or items)[0])  # a nested object, not one of two forms
-        rows.append(Row(path, type_text, _default(field), description))
+        rows.append(Row(path, type_text, _default(field), _description(model, name, field)))
         for child in nested:
             rows.extend(field_rows(child, f"{path}."))
         for child in items:
@@ -267,6 +248,7 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
 
 def on_pre_build(config: Any) -> None:
     _rendered.clear()
+    check_schema_file()
 
 
 def on_post_build(config: Any) -> None:

@@ -782,7 +782,7 @@ def test_multiway_join_takes_a_native_spec_file(submitted, tmp_path: Path):
             {"inputs": [{**REVIEW, "join_keys": ["biz_id", "user_id"]}, BUSINESS]},
             r"inputs\[1\]\.join_keys: 'business' joins on 1 column\(s\) but 'review' on 2",
         ),
-        ({"inputs": [REVIEW]}, r"inputs: List should have at least 2 items"),  # one input is no join
+        ({"inputs": [REVIEW]}, r"inputs: expected a list of mappings \(at least 2 items"),  # one is no join
         (
             {"inputs": [REVIEW, {**BUSINESS, "path": "/w/review/"}]},
             r"'business' and 'review' are the same table \(/w/review\)",

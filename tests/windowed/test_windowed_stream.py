@@ -226,8 +226,14 @@ def test_spec_change_on_an_append_only_output_is_refused(spark, warehouse: Path)
     create_table(spark, left, [{"k": "a", "t": 1, "seq": 1, "v": "x"}], EVENTS)
     create_table(spark, right, [{"k": "a", "t": 2, "seq": 1, "v": "y"}], EVENTS)
     run_spec(spec_for(left, right, out, WINDOW, "left"), spark=spark)
-    with pytest.raises(FullRebuildRefusedError, match="append-only"):
+    with pytest.raises(FullRebuildRefusedError, match="append-only") as refused:
         run_spec(spec_for(left, right, out, {"before": 1, "after": 1}, "left"), spark=spark)
+    for way in (
+        "operator argument full_refresh=True",
+        "fkjoin run --full-refresh",
+        "allow_full_replace: true",
+    ):
+        assert way in str(refused.value)  # an Airflow author and a CLI user each read how to ask
     result = run_spec(
         spec_for(left, right, out, {"before": 1, "after": 1}, "left", allow_full_replace=True), spark=spark
     )

@@ -1,6 +1,32 @@
-"""Errors the engine raises, each with a message that names the table, column or key and the fix."""
+"""Errors the engine raises, each with a message that names the table, column or key and the fix.
+
+A fix that is an option of the run rather than a spec field is spelled the way each caller sets it
+(:func:`run_option`): one message serves the Airflow task's log, the ``fkjoin`` command line and Python.
+"""
 
 from __future__ import annotations
+
+#: Each run option a message may ask for, as the Airflow operators, the ``fkjoin`` command and ``run_spec``
+#: spell it. The engine cannot tell who called it (an Airflow task runs ``fkjoin run`` on its Spark
+#: driver), so a message names all three.
+RUN_OPTIONS: dict[str, tuple[str, str, str]] = {
+    "full_refresh": (
+        "the operator argument full_refresh=True (it is templated: with "
+        'full_refresh="{{ params.full_refresh }}" a triggered run can ask for it)',
+        "fkjoin run --full-refresh",
+        "run_spec(spec, full_refresh=True)",
+    ),
+}
+
+
+def run_option(name: str) -> str:
+    """How to ask for a run option, in the words of each way to run a refresh.
+
+    >>> run_option("full_refresh").split("; ")[1:]
+    ['on the command line fkjoin run --full-refresh', 'in Python run_spec(spec, full_refresh=True)']
+    """
+    airflow, command, python = RUN_OPTIONS[name]
+    return f"in Airflow {airflow}; on the command line {command}; in Python {python}"
 
 
 class FkJoinError(Exception):

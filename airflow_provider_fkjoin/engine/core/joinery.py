@@ -56,7 +56,7 @@ def is_joinery(data: dict[str, Any]) -> bool:
 
 def _require_mapping(value: Any, where: str) -> dict[str, Any]:
     if not isinstance(value, dict):
-        raise SpecError(f"invalid spec: {where}: must be a mapping, not {type(value).__name__}")
+        raise SpecError(f"invalid spec: {where}: must be a mapping of fields, not {value!r:.80}")
     return value
 
 

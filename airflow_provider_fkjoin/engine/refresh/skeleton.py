@@ -26,7 +26,7 @@ from typing import Any, ClassVar
 
 from pyspark.sql import DataFrame, SparkSession
 
-from ..core.errors import FullRebuildRefusedError, SpecError
+from ..core.errors import FullRebuildRefusedError, SpecError, run_option
 from ..core.planning import (
     InputState,
     RebuildRequired,
@@ -308,8 +308,8 @@ def refuse_replacing_append_only(kind: str, output: DeltaHandle, reason: str, co
     """
     raise FullRebuildRefusedError(
         f"{kind} output {output.location} is append-only, and this refresh would have to replace it "
-        f"({reason}); nothing was written. {consequence} To do it, run once with full_refresh "
-        "(fkjoin run --full-refresh), or set allow_full_replace: true"
+        f"({reason}); nothing was written. {consequence} To do it, either run once with a full refresh "
+        f"({run_option('full_refresh')}), or set allow_full_replace: true in the spec"
     )
 
 

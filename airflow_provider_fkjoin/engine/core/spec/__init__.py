@@ -31,6 +31,9 @@ here, as it was when this was one module):
   :func:`read_spec_file`, :func:`load_spec` and its error messages, :func:`as_self_join` and
   :func:`spec_expressions`.
 - ``.fingerprint``: :func:`spec_fingerprint` and :func:`spec_field_hashes`.
+- ``.messages``: validation errors in the user's words (:func:`flow_yaml` shows values as YAML does).
+- ``.schema``: :func:`spec_json_schema`, the JSON Schema editors validate spec files with, and
+  :func:`spec_model_classes`.
 """
 
 from ..errors import SpecError
@@ -58,6 +61,7 @@ from .loading import (
     read_spec_file,
     spec_expressions,
 )
+from .messages import field_limits, flow_yaml
 from .multiway import (
     DEFAULT_MAX_ROWS_PER_JOIN_KEY,
     FieldAlias,
@@ -78,6 +82,7 @@ from .refs import (
     check_projection,
     quote,
 )
+from .schema import spec_json_schema, spec_json_schema_text, spec_model_classes
 from .windowed import (
     EVENT_TIME,
     Duration,
@@ -134,6 +139,8 @@ __all__ = [
     "check_event_projection",
     "check_key_mapping",
     "check_projection",
+    "field_limits",
+    "flow_yaml",
     "key_mapping_arity",
     "load_spec",
     "parse_duration",
@@ -142,4 +149,7 @@ __all__ = [
     "spec_expressions",
     "spec_field_hashes",
     "spec_fingerprint",
+    "spec_json_schema",
+    "spec_json_schema_text",
+    "spec_model_classes",
 ]

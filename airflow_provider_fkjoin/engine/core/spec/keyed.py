@@ -15,6 +15,7 @@ from .refs import (
     TableRef,
     _KindSpec,
     _Strict,
+    allow_full_replace_field,
     check_column_name,
     check_columns_leave_the_key,
     check_distinct_locations,
@@ -25,7 +26,13 @@ from .refs import (
 class ForeignKeyExpr(_Strict):
     """The foreign key computed from left columns: one Spark SQL expression per right key column."""
 
-    expr: str | list[str]
+    expr: str | list[str] = Field(
+        description=(
+            "Spark SQL computing the key from the row's own columns: one expression, or a list with one per "
+            "key column of the other side, in order. Cast here when the two sides' key types differ."
+        ),
+        examples=["CAST(customer AS BIGINT)", ["region", "upper(sku)"]],
+    )
 
     @property
     def expressions(self) -> list[str]:
@@ -63,13 +70,51 @@ def key_mapping_arity(value: KeyMapping) -> int:
 class ForeignKeyJoinSpec(_KindSpec):
     """KIP-213 foreign-key table-table join: many left rows reference one right row."""
 
-    kind: Literal["foreign_key_join"]
-    left: SourceRef
-    right: SourceRef
-    foreign_key: list[str] | ForeignKeyExpr
-    how: Literal["inner", "left"] = "inner"
-    columns: dict[str, str] | None = None
-    output: OutputRef
+    kind: Literal["foreign_key_join"] = Field(
+        description="The join kind: a foreign-key join of two tables.", examples=["foreign_key_join"]
+    )
+    left: SourceRef = Field(
+        description=(
+            "The referencing table (orders, say): many left rows may reference one right row. The output "
+            "has one row per left key."
+        ),
+        examples=[{"path": "/warehouse/orders", "key": ["order_id"]}],
+    )
+    right: SourceRef = Field(
+        description="The referenced table (customers, say), one row per `key`.",
+        examples=[{"path": "/warehouse/customers", "key": ["customer_id"]}],
+    )
+    foreign_key: list[str] | ForeignKeyExpr = Field(
+        description=(
+            "How a left row names its right row: left columns matched in order to `right.key`, or "
+            "`{expr: ...}`, Spark SQL over left columns. Keys compare by exact value: cast in an "
+            "expression when the types differ."
+        ),
+        examples=[["customer_id"], {"expr": "CAST(customer AS BIGINT)"}],
+    )
+    how: Literal["inner", "left"] = Field(
+        default="inner",
+        description=(
+            "What happens to a left row whose foreign key matches no right row (or is null): `inner` leaves "
+            "it out of the output, `left` keeps it with nulls for the right columns."
+        ),
+        examples=["left"],
+    )
+    columns: dict[str, str] | None = Field(
+        default=None,
+        description=(
+            "The output's columns: output column name to a Spark SQL expression over the aliases `l` "
+            "(left row) and `r` (right row). The left key is always included. Default: every left column, "
+            "then every right column that is not the right key."
+        ),
+        examples=[{"product_name": "r.name", "total": "l.qty * r.price"}],
+    )
+    output: OutputRef = Field(
+        description=(
+            "The output Delta table, created by the first refresh and owned by one spec from then on."
+        ),
+        examples=[{"path": "/warehouse/orders_enriched"}],
+    )
 
     @field_validator("foreign_key")
     @classmethod
@@ -101,7 +146,14 @@ class ForeignKeyJoinSpec(_KindSpec):
 class StreamRef(TableRef):
     """An append-only Delta table of events (a KStream); ``key`` is optional and may be null."""
 
-    key: list[str] | None = None
+    key: list[str] | None = Field(
+        default=None,
+        description=(
+            "The columns that describe a record's key, for documentation only: a stream may repeat a key "
+            "or leave it null. Optional."
+        ),
+        examples=[["order_id"]],
+    )
 
     @field_validator("key")
     @classmethod
@@ -132,10 +184,36 @@ class GlobalTableBootstrapSpec(_KindSpec):
          "output": {"path": "/w/products_global"}}
     """
 
-    kind: Literal["global_table_bootstrap"]
-    source: SourceRef
-    output: OutputRef
-    broadcast_warn_bytes: int = Field(default=DEFAULT_BROADCAST_WARN_BYTES, ge=0)
+    kind: Literal["global_table_bootstrap"] = Field(
+        description="The join kind: a global table materialised from its source.",
+        examples=["global_table_bootstrap"],
+    )
+    source: SourceRef = Field(
+        description="The table to materialise: a keyed table, or a changelog of CDC events (`changelog`).",
+        examples=[
+            {
+                "path": "/warehouse/products_cdc",
+                "key": ["product_id"],
+                "changelog": {"op_column": "op", "order_by": ["lsn"]},
+            }
+        ],
+    )
+    output: OutputRef = Field(
+        description=(
+            "The global table: the source as of its high watermark, with the checkpoint a "
+            "`stream_table_join` checks."
+        ),
+        examples=[{"path": "/warehouse/products_global"}],
+    )
+    broadcast_warn_bytes: int = Field(
+        default=DEFAULT_BROADCAST_WARN_BYTES,
+        ge=0,
+        description=(
+            "Warn when the global table is larger than this many bytes on disk: lookup joins broadcast it. "
+            "Default 104857600 (100 MiB). Changing it rebuilds nothing."
+        ),
+        examples=[52428800],
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> GlobalTableBootstrapSpec:
@@ -163,16 +241,70 @@ class StreamTableJoinSpec(_KindSpec):
          "output": {"path": "/w/orders_enriched"}}
     """
 
-    kind: Literal["stream_table_join"]
-    stream: StreamRef
-    table: SourceRef
-    key_mapper: list[str] | ForeignKeyExpr
-    how: Literal["inner", "left"] = "inner"
-    columns: dict[str, str] | None = None
-    broadcast_limit_bytes: int = Field(default=DEFAULT_BROADCAST_LIMIT_BYTES, ge=0)
-    allow_unbootstrapped_table: bool = False
-    allow_full_replace: bool = False
-    output: OutputRef
+    kind: Literal["stream_table_join"] = Field(
+        description="The join kind: each new stream record looks its row up in a table.",
+        examples=["stream_table_join"],
+    )
+    stream: StreamRef = Field(
+        description=(
+            "The append-only Delta table of events; each refresh joins the records appended since the last "
+            "one. Its updates and deletes are ignored with a warning."
+        ),
+        examples=[{"path": "/warehouse/orders_stream"}],
+    )
+    table: SourceRef = Field(
+        description=(
+            "The table records look up, as of the refresh: a keyed table, a changelog or a global table. "
+            "Its changes never change earlier output."
+        ),
+        examples=[{"path": "/warehouse/products_global", "key": ["product_id"]}],
+    )
+    key_mapper: list[str] | ForeignKeyExpr = Field(
+        description=(
+            "How a stream record names its table row: stream columns matched in order to `table.key`, or "
+            "`{expr: ...}`, Spark SQL over stream columns. A null mapped key never matches."
+        ),
+        examples=[["product_id"], {"expr": "CAST(sku AS BIGINT)"}],
+    )
+    how: Literal["inner", "left"] = Field(
+        default="inner",
+        description=(
+            "What happens to a record that matches no table row: `inner` drops it, `left` emits it with "
+            "nulls for the table's columns."
+        ),
+        examples=["left"],
+    )
+    columns: dict[str, str] | None = Field(
+        default=None,
+        description=(
+            "The output's columns: output column name to a Spark SQL expression over the aliases `s` "
+            "(stream record) and `t` (table row). Default: every stream column, then the table's columns "
+            "that are not its key."
+        ),
+        examples=[{"order_id": "s.order_id", "product_name": "t.name"}],
+    )
+    broadcast_limit_bytes: int = Field(
+        default=DEFAULT_BROADCAST_LIMIT_BYTES,
+        ge=0,
+        description=(
+            "The largest table, in bytes on disk, a full run broadcasts; above it the run uses a shuffle "
+            "join and warns. Default 268435456 (256 MiB). Changing it rebuilds nothing."
+        ),
+        examples=[536870912],
+    )
+    allow_unbootstrapped_table: bool = Field(
+        default=False,
+        description=(
+            "Join a global table whose `global_table_bootstrap` is behind its source, as it is, with a "
+            "warning. Default `false`: such a refresh is refused (retryable) until the bootstrap has run."
+        ),
+        examples=[True],
+    )
+    allow_full_replace: bool = allow_full_replace_field()
+    output: OutputRef = Field(
+        description="The append-only output Delta table: one row per joined stream record.",
+        examples=[{"path": "/warehouse/orders_enriched"}],
+    )
 
     @field_validator("key_mapper")
     @classmethod

@@ -26,8 +26,15 @@ DEFAULT_MAX_ROWS_PER_JOIN_KEY = 1_000_000
 class FieldAlias(_Strict):
     """Joinery's rename of one input field: ``{from: business_id, to: biz_id}``."""
 
-    from_: str = Field(alias="from")
-    to: str
+    from_: str = Field(
+        alias="from",
+        description="The input's field to rename, as the input names it.",
+        examples=["business_id"],
+    )
+    to: str = Field(
+        description="Its name in the output (and in `join_keys` matching, and `output.pkey`).",
+        examples=["biz_id"],
+    )
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
@@ -45,14 +52,63 @@ class MultiWayInput(_Strict):
     (named before renaming), renamed by ``aliases``; ``key`` is the primary key (one row per key).
     """
 
-    name: str
-    path: str | None = None
-    table: str | None = None
-    key: list[str] = Field(min_length=1)
-    changelog: ChangelogFormat | None = None
-    join_keys: list[str] = Field(min_length=1)
-    exclude_fields: list[str] = Field(default_factory=list)
-    aliases: list[FieldAlias] = Field(default_factory=list)
+    name: str = Field(
+        description=(
+            "The input's name in results, progress and messages: an identifier (letters, digits, "
+            "underscores; at most 64), unique among the inputs."
+        ),
+        examples=["review"],
+    )
+    path: str | None = Field(
+        default=None,
+        description=(
+            "Where the input's Delta table lives: an absolute local path or a table-store URL. Give `path` "
+            "or `table`, not both."
+        ),
+        examples=["/warehouse/reviews"],
+    )
+    table: str | None = Field(
+        default=None,
+        description="The input's catalog table name (`db.table`), instead of a `path`.",
+        examples=["yelp.reviews"],
+    )
+    key: list[str] = Field(
+        min_length=1,
+        description=(
+            "The input's primary key: the columns that identify a row (one row per key). One column may "
+            "be given as a string."
+        ),
+        examples=[["review_id"]],
+    )
+    changelog: ChangelogFormat | None = Field(
+        default=None,
+        description=(
+            "Read this input as a log of CDC events and join the table they describe (the latest event per "
+            "key). Leave it out for a table with one row per key."
+        ),
+        examples=[{"op_column": "op", "order_by": ["lsn"]}],
+    )
+    join_keys: list[str] = Field(
+        min_length=1,
+        description=(
+            "The columns this input joins on, matched by position to every other input's `join_keys` "
+            "(each input gives the same number). One column may be given as a string."
+        ),
+        examples=[["biz_id"]],
+    )
+    exclude_fields: list[str] = Field(
+        default_factory=list,
+        description=(
+            "Fields of this input left out of the output, named as the input names them (before "
+            "`aliases`). Default: none."
+        ),
+        examples=[["content"]],
+    )
+    aliases: list[FieldAlias] = Field(
+        default_factory=list,
+        description="Fields of this input renamed in the output. Default: none.",
+        examples=[[{"from": "business_id", "to": "biz_id"}]],
+    )
 
     @field_validator("name")
     @classmethod
@@ -61,7 +117,9 @@ class MultiWayInput(_Strict):
             raise ValueError("must be an identifier (letters, digits, underscores; at most 64) like 'review'")
         return value
 
-    @field_validator("key", "join_keys", "exclude_fields", mode="before")
+    @field_validator(
+        "key", "join_keys", "exclude_fields", mode="before", json_schema_input_type=list[str] | str
+    )
     @classmethod
     def _as_list(cls, value: Any) -> Any:
         return [value] if isinstance(value, str) else value
@@ -109,9 +167,16 @@ class MultiWayOutputRef(OutputRef):
     """A ``multiway_join``'s output, with ``pkey``: the output columns that identify a row (checked on
     every refresh unless the spec says ``enforce_pkey: false``)."""
 
-    pkey: list[str] | None = None
+    pkey: list[str] | None = Field(
+        default=None,
+        description=(
+            "The output columns that should identify a row, checked on every refresh (see "
+            "`enforce_pkey`). One column may be given as a string. Optional."
+        ),
+        examples=[["biz_id", "review_id"]],
+    )
 
-    @field_validator("pkey", mode="before")
+    @field_validator("pkey", mode="before", json_schema_input_type=list[str] | str | None)
     @classmethod
     def _pkey_list(cls, value: Any) -> Any:
         return [value] if isinstance(value, str) else value
@@ -146,17 +211,85 @@ class MultiWayJoinSpec(_KindSpec):
          "output": {"path": "/w/business_reviews", "pkey": ["review_id"]}}
     """
 
-    kind: Literal["multiway_join"]
-    inputs_: list[MultiWayInput] = Field(alias="inputs", min_length=2, max_length=8)
-    output: MultiWayOutputRef
-    enforce_pkey: bool = True
-    max_rows_per_join_key: int = Field(default=DEFAULT_MAX_ROWS_PER_JOIN_KEY, ge=1)
-    #: Where the spec came from: ``native``, or ``joinery`` (converted from Joinery's own YAML).
-    format: Literal["native", "joinery"] = "native"
-    #: What converting the spec noticed (a Joinery ``pkey`` resolved through an alias); results repeat them.
-    notes: list[str] = Field(default_factory=list)
-    #: Joinery's descriptive output fields (``namespace``, ``source``, ``doc``), kept for reference.
-    description: dict[str, str] = Field(default_factory=dict)
+    kind: Literal["multiway_join"] = Field(
+        description="The join kind: an inner join of 2 to 8 keyed tables on shared join keys.",
+        examples=["multiway_join"],
+    )
+    inputs_: list[MultiWayInput] = Field(
+        alias="inputs",
+        min_length=2,
+        max_length=8,
+        description=(
+            "The 2 to 8 inputs, each a keyed table or changelog, joined on their `join_keys`. Every output "
+            "row combines one row of each input."
+        ),
+        examples=[
+            [
+                {
+                    "name": "review",
+                    "path": "/warehouse/reviews",
+                    "key": ["review_id"],
+                    "join_keys": ["biz_id"],
+                },
+                {
+                    "name": "business",
+                    "path": "/warehouse/business",
+                    "key": ["business_id"],
+                    "join_keys": ["business_id"],
+                },
+            ]
+        ],
+    )
+    output: MultiWayOutputRef = Field(
+        description=(
+            "The output Delta table: every input's fields (minus `exclude_fields`, renamed by `aliases`), "
+            "kept equal to the join of the inputs."
+        ),
+        examples=[{"path": "/warehouse/business_reviews", "pkey": ["review_id"]}],
+    )
+    enforce_pkey: bool = Field(
+        default=True,
+        description=(
+            "Fail a refresh that would give two output rows the same `output.pkey`. `false` counts such "
+            "repeats in `rows.pkey_duplicates` with a warning instead. Default `true`. Changing it rebuilds "
+            "nothing."
+        ),
+        examples=[False],
+    )
+    max_rows_per_join_key: int = Field(
+        default=DEFAULT_MAX_ROWS_PER_JOIN_KEY,
+        ge=1,
+        description=(
+            "The N:M guard: a refresh fails before writing when one join key would produce more output rows "
+            "than this (the product of its rows in each input). Default 1000000. Changing it rebuilds "
+            "nothing."
+        ),
+        examples=[50000000],
+    )
+    format: Literal["native", "joinery"] = Field(
+        default="native",
+        description=(
+            "Where the spec came from: `native`, or `joinery` when converted from Joinery's own YAML. Filled "
+            "in by the conversion; leave it out."
+        ),
+        examples=["native"],
+    )
+    notes: list[str] = Field(
+        default_factory=list,
+        description=(
+            "What converting a Joinery spec noticed (a `pkey` renamed by an alias, say); results repeat "
+            "them. Filled in by the conversion; leave it out."
+        ),
+        examples=[["pkey 'business_id' is renamed by an alias; used as 'biz_id'"]],
+    )
+    description: dict[str, str] = Field(
+        default_factory=dict,
+        description=(
+            "Joinery's descriptive output fields (`namespace`, `source`, `doc`), kept for reference. Filled "
+            "in by the conversion; leave it out."
+        ),
+        examples=[{"namespace": "yelp", "doc": "Reviews with their business"}],
+    )
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 

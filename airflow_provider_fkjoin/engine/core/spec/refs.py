@@ -7,7 +7,7 @@ Every kind's model (``keyed``, ``windowed``, ``multiway``) is made of these, so 
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -16,6 +16,8 @@ from ..locations import is_within, location_identity, normalise_location
 RESERVED_PREFIX = "_fkjoin_"
 _CATALOG_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*){0,2}$")
 _FORBIDDEN_IN_NAMES = re.compile(r"[`\x00-\x1f\x7f]")
+#: What a list-of-columns field that also takes one column as a string accepts (for the JSON Schema).
+_COLUMNS_OR_ONE = Annotated[list[str], Field(min_length=1)] | str
 
 
 def check_column_name(name: str) -> str:
@@ -57,7 +59,15 @@ class _Strict(BaseModel):
 class _KindSpec(_Strict):
     """What every kind's spec has: ``adopt_existing_output`` here or on ``output`` (either spelling)."""
 
-    adopt_existing_output: bool = False
+    adopt_existing_output: bool = Field(
+        default=False,
+        description=(
+            "Take over an output table this engine did not create, or that another owner's spec wrote: its "
+            "first refresh rebuilds it in full. Leave it out otherwise, so a mistyped output path fails "
+            "instead of replacing somebody else's table. The same as `output.adopt_existing_output`."
+        ),
+        examples=[True],
+    )
     refresh_strategy: Literal["auto", "incremental", "recompute"] = Field(
         default="auto",
         description=(
@@ -65,8 +75,9 @@ class _KindSpec(_Strict):
             "incremental plan against recomputing the join from the pinned inputs, from the sizes in the "
             "Delta logs, and takes the cheaper; `incremental` always joins only what changed; `recompute` "
             "always recomputes the join and commits only the rows that differ. Either way the output's "
-            "change feed holds only real changes. Keyed outputs only (foreign-key, table-mode windowed)."
+            "change feed holds only real changes. Foreign-key joins and table-mode windowed joins."
         ),
+        examples=["recompute"],
     )
 
     @property
@@ -76,11 +87,39 @@ class _KindSpec(_Strict):
         return self.adopt_existing_output or bool(getattr(output, "adopt_existing_output", False))
 
 
+def allow_full_replace_field() -> Any:
+    """``allow_full_replace``, as every kind with an append-only output declares it."""
+    return Field(
+        default=False,
+        description=(
+            "Let a refresh replace the append-only output when it must be rebuilt (a changed spec, a change "
+            "feed that cannot serve). Default `false`: such a refresh is refused unless the run asks for a "
+            "full refresh."
+        ),
+        examples=[True],
+    )
+
+
 class TableRef(_Strict):
     """A Delta table by ``path`` (local or any Hadoop file system URI) or catalog ``name``."""
 
-    path: str | None = None
-    name: str | None = None
+    path: str | None = Field(
+        default=None,
+        description=(
+            "Where the Delta table lives: an absolute local path, or a URL with a table-store scheme "
+            "(`s3://`, `s3a://`, `abfss://`, `gs://`, ...). Give `path` or `name`, not both. Relative paths, "
+            "unknown schemes and credentials in the URL are refused."
+        ),
+        examples=["/warehouse/orders", "s3a://lake/warehouse/orders"],
+    )
+    name: str | None = Field(
+        default=None,
+        description=(
+            "The table's catalog name, `table`, `db.table` or `catalog.db.table` (letters, digits and "
+            "underscores), instead of a `path`."
+        ),
+        examples=["sales.orders"],
+    )
 
     @field_validator("path")
     @classmethod
@@ -119,7 +158,13 @@ class TableRef(_Strict):
 class KeyedTableRef(TableRef):
     """An input table with its primary key (one row per key, like a KTable)."""
 
-    key: list[str] = Field(min_length=1)
+    key: list[str] = Field(
+        min_length=1,
+        description=(
+            "The table's primary key: the columns that identify a row (the table holds one row per key)."
+        ),
+        examples=[["order_id"], ["tenant_id", "order_id"]],
+    )
 
     @field_validator("key")
     @classmethod
@@ -139,11 +184,25 @@ class OutputRef(TableRef):
     instead of replacing somebody else's table.
     """
 
-    adopt_existing_output: bool = False
-    #: Who owns the output (free text, e.g. ``dag_id.task_id``; the operators fill it from the task). A
-    #: refresh by another owner is refused; the same owner editing its spec rebuilds. Not part of the
-    #: spec's fingerprint: naming the owner changes no row.
-    owner: str | None = Field(default=None, min_length=1, max_length=250)
+    adopt_existing_output: bool = Field(
+        default=False,
+        description=(
+            "Take over this table although this engine did not create it, or another owner's spec wrote "
+            "it: its first refresh rebuilds it in full. The same as the top-level `adopt_existing_output`."
+        ),
+        examples=[True],
+    )
+    owner: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=250,
+        description=(
+            "Who owns the output, as free text (the Airflow operators fill in `dag_id.task_id`). A refresh "
+            "by another owner is refused; the same owner editing its spec rebuilds the output. After a "
+            "renamed DAG or task, set it to the old owner. Changing it rebuilds nothing."
+        ),
+        examples=["orders_dag.enrich_orders"],
+    )
 
     @field_validator("owner")
     @classmethod
@@ -208,10 +267,22 @@ class ChangelogOps(_Strict):
     ``delete`` removes it.
     """
 
-    create: str = "c"
-    update: str = "u"
-    delete: str = "d"
-    log: str = "r"
+    create: str = Field(
+        default="c", description="The op value of an insert event; it upserts the key.", examples=["I"]
+    )
+    update: str = Field(
+        default="u", description="The op value of an update event; it upserts the key.", examples=["U"]
+    )
+    delete: str = Field(
+        default="d",
+        description="The op value of a delete event; it removes the key. Must differ from the other ops.",
+        examples=["D"],
+    )
+    log: str = Field(
+        default="r",
+        description="The op value of a snapshot read (Debezium's `r`); it upserts the key.",
+        examples=["R"],
+    )
 
     @model_validator(mode="after")
     def _distinct(self) -> ChangelogOps:
@@ -234,12 +305,34 @@ class ChangelogFormat(_Strict):
     removes the key and an event that sorts before the key's current one is ignored.
     """
 
-    op_column: str
-    order_by: list[str] = Field(min_length=1)
-    ops: ChangelogOps = Field(default_factory=ChangelogOps)
-    columns: list[str] | None = None
+    op_column: str = Field(
+        description="The column holding each event's operation (see `ops` for its values).",
+        examples=["op"],
+    )
+    order_by: list[str] = Field(
+        min_length=1,
+        description=(
+            "The columns that order a key's events (an offset, LSN or timestamp); the latest event per key "
+            "is the row, and an event that sorts before the key's current one is ignored. One column may be "
+            "given as a string."
+        ),
+        examples=[["lsn"], ["ts_ms", "offset"]],
+    )
+    ops: ChangelogOps = Field(
+        default_factory=ChangelogOps,
+        description="The op column's value for each kind of event. Default: Debezium's `c`, `u`, `d`, `r`.",
+        examples=[{"create": "I", "update": "U", "delete": "D", "log": "R"}],
+    )
+    columns: list[str] | None = Field(
+        default=None,
+        description=(
+            "The payload columns the described table has. Default: every column but the key, op and order "
+            "columns."
+        ),
+        examples=[["name", "price"]],
+    )
 
-    @field_validator("order_by", mode="before")
+    @field_validator("order_by", mode="before", json_schema_input_type=_COLUMNS_OR_ONE)
     @classmethod
     def _order_list(cls, value: Any) -> Any:
         return [value] if isinstance(value, str) else value
@@ -264,7 +357,14 @@ class ChangelogFormat(_Strict):
 class SourceRef(KeyedTableRef):
     """A keyed input: a Delta table with one row per key, or (with ``changelog``) a CDC event log."""
 
-    changelog: ChangelogFormat | None = None
+    changelog: ChangelogFormat | None = Field(
+        default=None,
+        description=(
+            "Read this table as a log of CDC events (as Debezium writes them) and join the table they "
+            "describe: the latest event per key. Leave it out for a table with one row per key."
+        ),
+        examples=[{"op_column": "op", "order_by": ["lsn"]}],
+    )
 
     @model_validator(mode="after")
     def _changelog_consistent(self) -> SourceRef:

@@ -16,6 +16,7 @@ from .refs import (
     TableRef,
     _KindSpec,
     _Strict,
+    allow_full_replace_field,
     check_column_name,
     check_columns_leave_the_key,
     check_distinct_locations,
@@ -50,7 +51,14 @@ def parse_duration(value: Any) -> int:
     )
 
 
-Duration = Annotated[int, BeforeValidator(parse_duration)]
+#: A duration as a spec writes it: milliseconds, or a number and a unit (the JSON Schema says both).
+Duration = Annotated[
+    int,
+    BeforeValidator(
+        parse_duration,
+        json_schema_input_type=int | Annotated[str, Field(pattern=r"^\s*-?\d+\s*(ms|s|m|h|d)\s*$")],
+    ),
+]
 
 
 class JoinWindow(_Strict):
@@ -61,9 +69,25 @@ class JoinWindow(_Strict):
     is the window's length and must be at least 0.
     """
 
-    before: Duration
-    after: Duration
-    grace: Duration = 0
+    before: Duration = Field(
+        description=(
+            "How far before a left row's time a right row may be and still join it: a duration. May be "
+            "negative if `after` makes up for it (`before + after` is at least 0)."
+        ),
+        examples=["1h", 3600000],
+    )
+    after: Duration = Field(
+        description="How far after a left row's time a right row may be and still join it: a duration.",
+        examples=["1h", "15m"],
+    )
+    grace: Duration = Field(
+        default=0,
+        description=(
+            "How long after a window ends late rows are still awaited (and, for a left or outer join, "
+            "before a row is emitted unmatched): a duration, at least 0. Default 0."
+        ),
+        examples=["10m"],
+    )
 
     @model_validator(mode="after")
     def _sane(self) -> JoinWindow:
@@ -83,16 +107,44 @@ class JoinWindow(_Strict):
         return self.before + self.after + self.grace
 
 
+def _window_field() -> Any:
+    """``window``, as the stream-mode join and the self-join declare it."""
+    return Field(
+        description=(
+            "The time window: a right row joins a left row at time `t` when its time is within "
+            "`[t - before, t + after]`."
+        ),
+        examples=[{"before": "1h", "after": "1h", "grace": "10m"}],
+    )
+
+
 class EventStreamRef(TableRef):
     """An append-only Delta table of events for a stream-mode windowed join: the join ``key`` (rows with a
     null key part never join), the event ``time`` column (TIMESTAMP, DATE or epoch-ms BIGINT) and
     ``order_by``, the columns that order rows written in one Delta commit (an offset, say)."""
 
-    key: list[str] = Field(min_length=1)
-    time: str
-    order_by: list[str] = Field(default_factory=list)
+    key: list[str] = Field(
+        min_length=1,
+        description=(
+            "The join key: rows join when their keys are equal, part by part. A row with a null key part "
+            "never joins."
+        ),
+        examples=[["ad_id"]],
+    )
+    time: str = Field(
+        description="The event-time column: TIMESTAMP, DATE or BIGINT milliseconds since the epoch.",
+        examples=["shown_at"],
+    )
+    order_by: list[str] = Field(
+        default_factory=list,
+        description=(
+            "The columns that order the rows written in one Delta commit (an offset, say), so the join "
+            "processes them as Kafka would. One column may be given as a string. Default: none."
+        ),
+        examples=[["offset"]],
+    )
 
-    @field_validator("order_by", mode="before")
+    @field_validator("order_by", mode="before", json_schema_input_type=list[str] | str)
     @classmethod
     def _order_list(cls, value: Any) -> Any:
         return [value] if isinstance(value, str) else value
@@ -126,19 +178,70 @@ class WindowedJoinSpec(_KindSpec):
          "output": {"path": "/w/ad_clicks"}}
     """
 
-    kind: Literal["windowed_join"]
-    mode: Literal["stream"]
-    left: EventStreamRef
-    right: EventStreamRef
-    window: JoinWindow
-    how: Literal["inner", "left", "outer"] = "inner"
-    late_unmatched: Literal["respect_grace", "emit_immediately"] = "respect_grace"
-    columns: dict[str, str] | None = None
-    allow_full_replace: bool = False
-    #: Run a join of one table with itself (same key, time and order_by, inner) as a ``self_join``: one
-    #: read and one shuffle instead of two, identical output. ``false`` keeps the two-sided join.
-    optimize: bool = True
-    output: OutputRef
+    kind: Literal["windowed_join"] = Field(
+        description="The join kind: rows of two sides matched inside a time window.",
+        examples=["windowed_join"],
+    )
+    mode: Literal["stream"] = Field(
+        description=(
+            "`stream`: two append-only event tables, each pair of rows within the window is an output row "
+            "(Kafka's KStream-KStream join)."
+        ),
+        examples=["stream"],
+    )
+    left: EventStreamRef = Field(
+        description="The left append-only event table.",
+        examples=[
+            {"path": "/warehouse/impressions", "key": ["ad_id"], "time": "shown_at", "order_by": ["offset"]}
+        ],
+    )
+    right: EventStreamRef = Field(
+        description="The right append-only event table; its `key` has as many columns as the left's.",
+        examples=[{"path": "/warehouse/clicks", "key": ["ad_id"], "time": "clicked_at"}],
+    )
+    window: JoinWindow = _window_field()
+    how: Literal["inner", "left", "outer"] = Field(
+        default="inner",
+        description=(
+            "Which rows without a partner are emitted once their window and grace have passed: `inner` "
+            "none, `left` the left ones, `outer` both sides'."
+        ),
+        examples=["left"],
+    )
+    late_unmatched: Literal["respect_grace", "emit_immediately"] = Field(
+        default="respect_grace",
+        description=(
+            "When a late row without a partner is emitted: `respect_grace` (default) holds it until its "
+            "grace has passed; `emit_immediately` emits it at once, as Kafka 4.x does."
+        ),
+        examples=["emit_immediately"],
+    )
+    columns: dict[str, str] | None = Field(
+        default=None,
+        description=(
+            "The output's columns: output column name to a Spark SQL expression over the aliases `l` and "
+            "`r` (either may be null in an unmatched row). May not name `event_time`, which is always "
+            "added. Default: the coalesced key, then the left values, then the right values."
+        ),
+        examples=[{"ad_id": "coalesce(l.ad_id, r.ad_id)", "click_id": "r.click_id"}],
+    )
+    allow_full_replace: bool = allow_full_replace_field()
+    optimize: bool = Field(
+        default=True,
+        description=(
+            "Run a join of one table with itself (same key, time and order_by, inner) as a `self_join`: one "
+            "read instead of two, the same output. `false` keeps the two-sided join. Changing it rebuilds "
+            "nothing."
+        ),
+        examples=[False],
+    )
+    output: OutputRef = Field(
+        description=(
+            "The append-only output Delta table: one row per joined pair or emitted unmatched row, with an "
+            "`event_time` column (the pair's later time)."
+        ),
+        examples=[{"path": "/warehouse/ad_clicks"}],
+    )
 
     @field_validator("columns")
     @classmethod
@@ -229,13 +332,44 @@ class SelfJoinSpec(_KindSpec):
          "output": {"path": "/w/atm_pairs"}}
     """
 
-    kind: Literal["self_join"]
-    input: EventStreamRef
-    window: JoinWindow
-    how: str = "inner"
-    columns: dict[str, str] | None = Field(default=None, validate_default=True)
-    allow_full_replace: bool = False
-    output: OutputRef
+    kind: Literal["self_join"] = Field(
+        description="The join kind: an append-only event table joined with itself inside a time window.",
+        examples=["self_join"],
+    )
+    input: EventStreamRef = Field(
+        description="The append-only event table, read once and used as both sides `l` and `r`.",
+        examples=[
+            {"path": "/warehouse/atm_txns", "key": ["account_id"], "time": "txn_ts", "order_by": ["offset"]}
+        ],
+    )
+    window: JoinWindow = _window_field()
+    how: str = Field(
+        default="inner",
+        description=(
+            "Only `inner`. For a left or outer join of a table with itself, use a `windowed_join` with "
+            "`mode: stream` and the table on both sides."
+        ),
+        examples=["inner"],
+        json_schema_extra={"enum": ["inner"]},
+    )
+    columns: dict[str, str] | None = Field(
+        default=None,
+        validate_default=True,
+        description=(
+            "Required: the output's columns, output column name to a Spark SQL expression over the aliases "
+            "`l` and `r`, the two rows of a pair (both have the input's columns). May not name "
+            "`event_time`, which is always added."
+        ),
+        examples=[{"account_id": "l.account_id", "atm": "l.atm", "paired_atm": "r.atm"}],
+    )
+    allow_full_replace: bool = allow_full_replace_field()
+    output: OutputRef = Field(
+        description=(
+            "The append-only output Delta table: one row per pair, with an `event_time` column (the pair's "
+            "later time)."
+        ),
+        examples=[{"path": "/warehouse/atm_pairs"}],
+    )
 
     @field_validator("how")
     @classmethod
@@ -295,9 +429,16 @@ class TableWindow(_Strict):
     writes them), and for the right side an ``offset`` that shifts its windows before matching
     (``-7d``: a left window joins the right window a week earlier)."""
 
-    start: str
-    end: str
-    offset: Duration = 0
+    start: str = Field(description="The column holding each window's start.", examples=["window_start"])
+    end: str = Field(description="The column holding each window's end.", examples=["window_end"])
+    offset: Duration = Field(
+        default=0,
+        description=(
+            "Right side only: shift this side's windows by a duration before matching (`-7d`: a left "
+            "window joins the right window a week earlier). Default 0."
+        ),
+        examples=["-7d"],
+    )
 
     @field_validator("start", "end")
     @classmethod
@@ -314,7 +455,14 @@ class TableWindow(_Strict):
 class WindowedTableRef(SourceRef):
     """A table side of a table-mode windowed join: keyed (``key``), optionally windowed (``window``)."""
 
-    window: TableWindow | None = None
+    window: TableWindow | None = Field(
+        default=None,
+        description=(
+            "This table's window columns, when it has one row per key and window (as a windowed "
+            "aggregation writes it). Leave it out for a plain keyed table."
+        ),
+        examples=[{"start": "window_start", "end": "window_end"}],
+    )
 
     @model_validator(mode="after")
     def _window_not_in_key(self) -> WindowedTableRef:
@@ -346,13 +494,60 @@ class WindowedTableJoinSpec(_KindSpec):
          "output": {"path": "/w/errors_vs_last_week"}}
     """
 
-    kind: Literal["windowed_join"]
-    mode: Literal["table"]
-    left: WindowedTableRef
-    right: WindowedTableRef
-    how: Literal["inner", "left", "outer"] = "inner"
-    columns: dict[str, str] | None = None
-    output: OutputRef
+    kind: Literal["windowed_join"] = Field(
+        description="The join kind: rows of two sides matched inside a time window.",
+        examples=["windowed_join"],
+    )
+    mode: Literal["table"] = Field(
+        description=(
+            "`table`: two keyed tables joined on key (and window), kept up to date as they change (Kafka's "
+            "KTable-KTable join)."
+        ),
+        examples=["table"],
+    )
+    left: WindowedTableRef = Field(
+        description="The left keyed table, windowed or not.",
+        examples=[
+            {"path": "/warehouse/errors_per_min", "key": ["service"], "window": {"start": "ws", "end": "we"}}
+        ],
+    )
+    right: WindowedTableRef = Field(
+        description=(
+            "The right keyed table; its `key` has as many columns as the left's. Windowed only if the left "
+            "is."
+        ),
+        examples=[
+            {
+                "path": "/warehouse/errors_per_min",
+                "key": ["service"],
+                "window": {"start": "ws", "end": "we", "offset": "-7d"},
+            }
+        ],
+    )
+    how: Literal["inner", "left", "outer"] = Field(
+        default="inner",
+        description=(
+            "Which rows without a partner are kept, with nulls for the other side: `inner` none, `left` "
+            "the left ones, `outer` both sides' (only when both sides are windowed, or neither)."
+        ),
+        examples=["left"],
+    )
+    columns: dict[str, str] | None = Field(
+        default=None,
+        description=(
+            "The output's columns: output column name to a Spark SQL expression over the aliases `l` and "
+            "`r`. The key (and window) is always included. Default: every left column, then every right "
+            "column that is not part of its key or window."
+        ),
+        examples=[{"errors_now": "l.errors", "errors_week_ago": "r.errors"}],
+    )
+    output: OutputRef = Field(
+        description=(
+            "The output Delta table, keyed by the left key (and window), kept equal to the join of the "
+            "inputs."
+        ),
+        examples=[{"path": "/warehouse/errors_vs_last_week"}],
+    )
 
     @field_validator("columns")
     @classmethod
