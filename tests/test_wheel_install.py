@@ -14,8 +14,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -69,8 +71,16 @@ def commit_operations(path: Path) -> list[str]:
     return operations
 
 
-def test_the_built_wheel_installs_beside_airflow_and_refreshes_with_a_net_change_commit(tmp_path: Path):
-    venv = tmp_path / "venv"
+@pytest.fixture
+def venv(tmp_path: Path) -> Iterator[Path]:
+    """Where the new environment goes; removed afterwards (about 1 GB: pyspark and Airflow)."""
+    yield tmp_path / "venv"
+    shutil.rmtree(tmp_path / "venv", ignore_errors=True)
+
+
+def test_the_built_wheel_installs_beside_airflow_and_refreshes_with_a_net_change_commit(
+    tmp_path: Path, venv: Path
+):
     base = clean_env(venv)
     built = run([REPO / "scripts" / "build-wheel.sh", tmp_path / "dist"], base, REPO)
     wheel = Path(built.stdout.strip().splitlines()[-1])
