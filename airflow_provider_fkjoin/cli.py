@@ -268,15 +268,12 @@ def _cmd_validate(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _cmd_status(args: argparse.Namespace) -> dict[str, Any]:
-    from airflow_provider_fkjoin.engine import (
-        load_spec,
-        refresh_status,
-        refresh_status_from_logs,
-        uses_catalog_tables,
-    )
+    from airflow_provider_fkjoin.engine import load_spec, refresh_status_from_logs, uses_catalog_tables
 
     spec = load_spec(_spec_arg(args))
     if args.spark or uses_catalog_tables(spec):
+        from airflow_provider_fkjoin.engine import refresh_status  # imports pyspark: only when asked
+
         return refresh_status(spec, spark=_spark(args))
     return refresh_status_from_logs(spec, storage_options=args.storage_options)
 

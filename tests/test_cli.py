@@ -580,3 +580,21 @@ def test_status_of_a_spec_with_catalog_tables_goes_through_spark(capsys, monkeyp
     assert code == 0 and seen == ["spark-session"] and json.loads(out) == {"kind": "foreign_key_join"}
     code, _, _ = run_cli(capsys, "status", "--spark", "--spec-json", json.dumps(SPEC))
     assert code == 0 and seen == ["spark-session", "spark-session"]
+
+
+@pytest.mark.parametrize("command", ["validate", "status"])
+def test_validate_and_status_never_import_pyspark(tables, command):
+    import subprocess
+    import sys
+
+    script = (
+        "import json, sys\n"
+        "from airflow_provider_fkjoin import cli\n"
+        f"code = cli.main([{command!r}, '--spec-json', {json.dumps(json.dumps(fk_spec(tables)))}])\n"
+        "assert 'pyspark' not in sys.modules and 'py4j' not in sys.modules, 'a JVM library was imported'\n"
+        "sys.exit(code)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
