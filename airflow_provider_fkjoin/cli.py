@@ -1,21 +1,20 @@
-"""``fkjoin``: run a join spec, show an output's progress, or run the demo.
+"""``fkjoin``: check a spec, run it, show an output's progress, or run the demo.
 
+    fkjoin validate spec.yaml            # check the spec and its tables from their Delta logs (no JVM)
     fkjoin run spec.yaml                 # refresh once; the result JSON is the last line of stdout
     fkjoin run --full-refresh spec.yaml  # rebuild the output from its inputs instead of applying changes
     fkjoin run --write-path merge spec.yaml  # write with Delta's MERGE instead of net-change commits
     fkjoin run --spec-json '{...}'       # the spec inline (how the Airflow hook submits it)
-    fkjoin run --origin '{"dag_id": ...}' spec.yaml  # record who ran the refresh in its commit
-    fkjoin status spec.yaml              # versions consumed, lag behind each input, last refresh
+    fkjoin status spec.yaml              # versions consumed, lag behind each input, last refresh (no JVM)
     fkjoin audit spec.yaml               # recompute at the consumed versions, compare; writes nothing
     fkjoin demo                          # a small incremental foreign-key join on local Spark
     fkjoin connect-server --port 15002   # a Spark Connect server with Delta, for --master sc://...
     fkjoin jvm-archive                   # once per machine: a class archive for faster driver starts
 
-Exit code 0 on success, and 3 for an ``audit`` that found the output differing from the recompute. On
-failure the first stderr line is ``error: <Type>: <message>`` (the Airflow hook reads it), and the exit
-code says what to do: 2 for a bad spec or bad input data (fix it; a retry cannot help), 75 for a
-retryable error such as a concurrent refresh, 1 for anything else. An unexpected
-error is followed by its root cause, which a Spark failure buries under a Py4J wrapper::
+``--master``, ``--conf KEY=VALUE`` and ``-v`` go before or after the subcommand. Exit codes are
+:data:`EXIT_CODES`; on failure the first stderr line is ``error: <Type>: <message>`` (the Airflow hook reads
+it). An unexpected error is followed by its root cause, which a Spark failure buries under a Py4J
+wrapper::
 
     error: Py4JJavaError: An error occurred while calling o87.save.
     cause: java.nio.file.AccessDeniedException: /warehouse/orders_enriched/_delta_log
@@ -29,9 +28,11 @@ import argparse
 import json
 import logging
 import os
+import platform
 import shutil
 import sys
 import traceback
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,7 @@ from airflow_provider_fkjoin.engine import (
     EXIT_ERROR,
     EXIT_RETRY,
 )
+from airflow_provider_fkjoin.version import __version__
 
 #: Lines of a Spark error message shown (a Spark message often has its useful part after line 1).
 MESSAGE_LINES = 20
@@ -49,15 +51,111 @@ MESSAGE_LINES = 20
 CAUSE_LINES = 5
 _MAX_CAUSE_DEPTH = 64
 
+#: What each exit code means, as ``--help`` shows it.
+EXIT_CODES = f"""exit codes:
+  0   success
+  {EXIT_ERROR}   an unexpected error (see its cause; -v prints the traceback)
+  {EXIT_BAD_INPUT}   a bad spec, option or input data, or problems validate found: a retry cannot help
+  {EXIT_AUDIT_DIFFERS}   audit: the output differs from the recompute
+  {EXIT_RETRY}  a retryable error, such as a concurrent refresh of the same output"""
+
+_EPILOGS = {
+    "": """examples:
+  fkjoin validate orders_enriched.yaml
+  fkjoin run orders_enriched.yaml
+  fkjoin --master spark://host:7077 run orders_enriched.yaml --conf spark.executor.memory=2g
+  fkjoin status orders_enriched.yaml
+  fkjoin connect-server --master local[*] --port 15002""",
+    "validate": """examples:
+  fkjoin validate orders_enriched.yaml
+  fkjoin validate --spec-json '{"kind": "foreign_key_join", ...}'
+  fkjoin validate s3_spec.yaml --storage-option AWS_REGION=eu-west-1
+
+Reads the Delta logs of the spec's tables (no JVM, nothing written): each input's columns against the
+columns the spec names, its change data feed, and the output's owner. Each problem is printed on stderr
+as "problem: <field>: <message>", warnings as "warning: ...", and the report as JSON on stdout's last line.
+SQL expressions, column types and catalog tables are checked by the refresh itself.""",
+    "run": """examples:
+  fkjoin run orders_enriched.yaml
+  fkjoin run orders_enriched.yaml --full-refresh
+  fkjoin run orders_enriched.yaml --master sc://127.0.0.1:15002
+  fkjoin run orders_enriched.yaml --conf spark.sql.shuffle.partitions=4 --write-path merge
+
+The result is a JSON object on stdout's last line (docs: concepts/result).""",
+    "status": """examples:
+  fkjoin status orders_enriched.yaml
+  fkjoin status orders_enriched.yaml --spark --master local[2]
+
+Read from the Delta logs without a JVM; a spec with catalog tables (name:), or --spark, reads through
+Spark instead.""",
+    "audit": """examples:
+  fkjoin audit orders_enriched.yaml
+  fkjoin audit orders_enriched.yaml --examples 5""",
+    "demo": """examples:
+  fkjoin demo
+  fkjoin demo --warehouse /tmp/fkjoin-demo""",
+    "connect-server": """examples:
+  fkjoin connect-server
+  fkjoin connect-server --master spark://host:7077 --host 0.0.0.0 --port 15002
+  fkjoin connect-server --conf spark.driver.memory=8g
+
+Replaces this process with the server (stop it with Ctrl-C or a signal); clients use --master sc://HOST:PORT
+or a spark_connect Airflow connection.""",
+    "jvm-archive": """examples:
+  fkjoin jvm-archive
+  fkjoin jvm-archive --dir /opt/fkjoin/cds --force""",
+}
+
 
 _connect_sessions: list[Any] = []
+
+
+def _key_value(option: str, example: str) -> Any:
+    """An argparse ``type`` for ``KEY=VALUE`` options: a malformed one is refused naming it and the form."""
+
+    def parse(text: str) -> tuple[str, str]:
+        key, sep, value = text.partition("=")
+        if not sep or not key.strip():
+            raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE; give it as {option} {example}")
+        return key.strip(), value
+
+    parse.__name__ = f"{option} KEY=VALUE"
+    return parse
+
+
+_conf_item = _key_value("--conf", "spark.executor.memory=2g")
+_storage_item = _key_value("--storage-option", "AWS_REGION=eu-west-1")
+
+
+def _non_negative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of 0 or more")
+    return value
+
+
+def _version_text() -> str:
+    """``fkjoin --version``: this package's version and the pinned Spark, Delta and Python beside it."""
+
+    def installed(name: str) -> str:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return "not installed"
+
+    return (
+        f"fkjoin {__version__} (airflow-provider-fkjoin; pyspark {installed('pyspark')}, "
+        f"delta-spark {installed('delta-spark')}, Python {platform.python_version()})"
+    )
 
 
 def _spark(args: argparse.Namespace) -> Any:
     from airflow_provider_fkjoin.engine import get_spark, is_connect
 
-    conf = dict(item.split("=", 1) for item in args.conf or [])
-    spark = get_spark(args.master, conf=conf)
+    spark = get_spark(args.master, conf=args.conf)
     if is_connect(spark):
         _connect_sessions.append(spark)
     return spark
@@ -76,11 +174,14 @@ def _cmd_connect_server(args: argparse.Namespace) -> dict[str, Any]:
     """Exec a Spark Connect server with Delta (never returns)."""
     from airflow_provider_fkjoin.engine import connect_server_argv
 
-    conf = dict(item.split("=", 1) for item in args.conf or [])
     beside = Path(sys.executable).parent / "spark-submit"  # pip's pyspark, in this environment
     spark_submit = shutil.which("spark-submit") or (str(beside) if beside.exists() else "spark-submit")
     argv = connect_server_argv(
-        host=args.host, port=args.port, master=args.master or "local[*]", conf=conf, spark_submit=spark_submit
+        host=args.host,
+        port=args.port,
+        master=args.master or "local[*]",
+        conf=args.conf,
+        spark_submit=spark_submit,
     )
     import pyspark
 
@@ -108,15 +209,17 @@ def _cmd_jvm_archive(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _spec_arg(args: argparse.Namespace) -> Any:
-    if args.spec_json:
-        from airflow_provider_fkjoin.engine import SpecError
+    from airflow_provider_fkjoin.engine import SpecError
 
+    if args.spec_json:
+        if args.spec:
+            raise SpecError(f"give a spec file ({args.spec}) or --spec-json, not both")
         try:
             return json.loads(args.spec_json)
         except ValueError as error:
             raise SpecError(f"--spec-json: not valid JSON: {error}") from error
     if not args.spec:
-        raise SystemExit("fkjoin: give a spec file or --spec-json")
+        raise SpecError(f"fkjoin {args.command}: give a spec file (YAML or JSON) or --spec-json")
     return Path(args.spec)
 
 
@@ -149,11 +252,30 @@ def _cmd_run(args: argparse.Namespace) -> dict[str, Any]:
     )
 
 
+def _cmd_validate(args: argparse.Namespace) -> dict[str, Any]:
+    """Check the spec and its tables from their Delta logs; problems and warnings also go to stderr."""
+    from airflow_provider_fkjoin.engine import validate_spec
+
+    report = validate_spec(_spec_arg(args), storage_options=args.storage_options)
+    for problem in report["problems"]:
+        print(f"problem: {problem['field']}: {problem['message']}", file=sys.stderr)
+    for warning in report["warnings"]:
+        print(f"warning: {warning}", file=sys.stderr)
+    count = len(report["problems"])
+    verdict = "valid" if report["valid"] else f"{count} problem{'s' if count != 1 else ''}"
+    print(f"fkjoin validate: {args.spec or '--spec-json'}: {verdict}", file=sys.stderr)
+    return report
+
+
 def _cmd_status(args: argparse.Namespace) -> dict[str, Any]:
-    from airflow_provider_fkjoin.engine import load_spec, refresh_status
+    from airflow_provider_fkjoin.engine import load_spec, refresh_status_from_logs, uses_catalog_tables
 
     spec = load_spec(_spec_arg(args))
-    return refresh_status(spec, spark=_spark(args))
+    if args.spark or uses_catalog_tables(spec):
+        from airflow_provider_fkjoin.engine import refresh_status  # imports pyspark: only when asked
+
+        return refresh_status(spec, spark=_spark(args))
+    return refresh_status_from_logs(spec, storage_options=args.storage_options)
 
 
 def _cmd_audit(args: argparse.Namespace) -> dict[str, Any]:
@@ -169,62 +291,132 @@ def _cmd_demo(args: argparse.Namespace) -> dict[str, Any]:
     return run_demo(Path(args.warehouse).resolve(), spark=_spark(args))
 
 
+def _global_options(parser: argparse.ArgumentParser, *, after_command: bool) -> None:
+    """``--master``, ``--conf`` and ``-v``: on the main parser, and again on each subcommand, where a value
+    given overrides (``--master``) or adds to (``--conf``) the one given before the subcommand."""
+    unset = {"default": argparse.SUPPRESS} if after_command else {}
+    parser.add_argument(
+        "--master",
+        help="Spark master: local[*], spark://HOST:PORT, sc://HOST:PORT, yarn, k8s://... "
+        "(default: FKJOIN_SPARK_MASTER, else local[*])",
+        **unset,
+    )
+    parser.add_argument(
+        "--conf",
+        action="append",
+        type=_conf_item,
+        dest="conf_after" if after_command else "conf",
+        metavar="KEY=VALUE",
+        help="a Spark setting, e.g. spark.executor.memory=2g (repeatable)",
+        **unset,
+    )
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="log the engine's phases; print an error's traceback",
+        **unset,
+    )
+
+
+def _spec_options(sub: argparse.ArgumentParser) -> None:
+    sub.add_argument("spec", nargs="?", help="spec file (YAML or JSON)")
+    sub.add_argument("--spec-json", metavar="JSON", help="the spec as a JSON string instead of a file")
+
+
+def _storage_options(sub: argparse.ArgumentParser) -> None:
+    sub.add_argument(
+        "--storage-option",
+        action="append",
+        type=_storage_item,
+        dest="storage_options",
+        metavar="KEY=VALUE",
+        help="an object-store setting for reading Delta logs without a JVM, as the deltalake package "
+        "takes it (AWS_REGION=..., AZURE_STORAGE_ACCOUNT_NAME=...; repeatable; default: the environment's)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     from airflow_provider_fkjoin.engine import WRITE_PATHS
 
+    formatter = argparse.RawDescriptionHelpFormatter
     parser = argparse.ArgumentParser(
-        prog="fkjoin", description="Run an incremental join spec, show its progress, or run the demo."
+        prog="fkjoin",
+        description="Check an incremental join spec, run it, show its progress, or run the demo.",
+        epilog=f"{_EPILOGS['']}\n\n{EXIT_CODES}",
+        formatter_class=formatter,
     )
-    parser.add_argument("--master", help="Spark master (default: FKJOIN_SPARK_MASTER or local[*])")
-    parser.add_argument("--conf", action="append", metavar="KEY=VALUE", help="extra Spark conf (repeatable)")
-    verbose_help = "log the engine's phases; print the traceback of an error"
-    parser.add_argument("-v", "--verbose", action="store_true", help=verbose_help)
-    commands = parser.add_subparsers(dest="command", required=True)
-    subs: list[argparse.ArgumentParser] = []
-    for name, handler, helptext in (
-        ("run", _cmd_run, "refresh a spec's output once"),
-        ("status", _cmd_status, "show an output's progress and lag"),
-        ("audit", _cmd_audit, "recompute the output at its consumed versions and compare; writes nothing"),
-    ):
-        sub = commands.add_parser(name, help=helptext)
-        sub.add_argument("spec", nargs="?", help="spec file (YAML or JSON)")
-        sub.add_argument("--spec-json", help="the spec as a JSON string instead of a file")
+    parser.add_argument("--version", action="version", version=_version_text())
+    _global_options(parser, after_command=False)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, handler: Any, helptext: str) -> argparse.ArgumentParser:
+        sub = commands.add_parser(
+            name,
+            help=helptext,
+            description=helptext[0].upper() + helptext[1:] + ".",
+            epilog=f"{_EPILOGS[name]}\n\n{EXIT_CODES}",
+            formatter_class=formatter,
+        )
         sub.set_defaults(handler=handler)
-        subs.append(sub)
-    subs[0].add_argument(
+        _global_options(sub, after_command=True)
+        return sub
+
+    validate = command(
+        "validate",
+        _cmd_validate,
+        "check a spec and its tables from their Delta logs, without a JVM; names every problem",
+    )
+    _spec_options(validate)
+    _storage_options(validate)
+
+    run = command("run", _cmd_run, "refresh a spec's output once")
+    _spec_options(run)
+    run.add_argument(
         "--full-refresh",
         action="store_true",
         help="rebuild the output from its inputs instead of applying their changes since the last refresh",
     )
-    subs[0].add_argument(
+    run.add_argument(
         "--write-path",
         choices=WRITE_PATHS,
         default="auto",
         help="auto: commit net changes without MERGE where the engine can prove them (default); "
         "merge: always write with Delta's MERGE",
     )
-    subs[0].add_argument(
-        "--origin",
-        metavar="JSON",
-        help="who runs this refresh, recorded in its commit (the Airflow hook passes the task instance)",
+    # who runs the refresh, recorded in its commit: the Airflow hook passes the task instance
+    run.add_argument("--origin", metavar="JSON", help=argparse.SUPPRESS)
+
+    status = command("status", _cmd_status, "show an output's progress and lag, from the Delta logs")
+    _spec_options(status)
+    _storage_options(status)
+    status.add_argument(
+        "--spark", action="store_true", help="read through Spark (--master, --conf) instead of the logs"
     )
-    subs[2].add_argument(
+
+    audit = command(
+        "audit", _cmd_audit, "recompute the output at its consumed versions and compare; writes nothing"
+    )
+    _spec_options(audit)
+    audit.add_argument(
         "--examples",
-        type=int,
+        type=_non_negative,
         default=0,
         help="list up to this many keys of each kind of difference (key values; default 0)",
     )
-    server = commands.add_parser(
+
+    server = command(
         "connect-server",
-        help="run a Spark Connect server with Delta (clients then use --master sc://HOST:PORT)",
+        _cmd_connect_server,
+        "run a Spark Connect server with Delta (clients then use --master sc://HOST:PORT)",
     )
     server.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     server.add_argument("--port", type=int, default=15002, help="port to listen on (default 15002)")
-    server.set_defaults(handler=_cmd_connect_server)
-    subs.append(server)
-    archive = commands.add_parser(
+
+    archive = command(
         "jvm-archive",
-        help="build a class-data-sharing archive of a refresh's classes for this JVM and Spark (once per "
+        _cmd_jvm_archive,
+        "build a class-data-sharing archive of a refresh's classes for this JVM and Spark (once per "
         "machine or image, about a minute): spark-submit tasks' drivers then start faster",
     )
     archive.add_argument(
@@ -233,15 +425,25 @@ def build_parser() -> argparse.ArgumentParser:
         "~/.cache/fkjoin/cds); tasks find it there when FKJOIN_JVM_ARCHIVE_DIR names the same folder",
     )
     archive.add_argument("--force", action="store_true", help="build again even if it exists")
-    archive.set_defaults(handler=_cmd_jvm_archive)
-    subs.append(archive)
-    demo = commands.add_parser("demo", help="run a small incremental foreign-key join")
+
+    demo = command("demo", _cmd_demo, "run a small incremental foreign-key join on local Spark")
     demo.add_argument("--warehouse", default="demo-warehouse", help="folder for the demo's Delta tables")
-    demo.set_defaults(handler=_cmd_demo)
-    subs.append(demo)
-    for sub in subs:  # `fkjoin run -v spec.yaml` works as well as `fkjoin -v run spec.yaml`
-        sub.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help=verbose_help)
     return parser
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line parsed, with the options given before and after the subcommand merged: ``conf`` is
+    a dict (a later ``KEY`` wins), ``storage_options`` a dict or None.
+
+    >>> args = parse_args(["--conf", "a=1", "run", "s.yaml", "--master", "local[2]", "--conf", "a=2"])
+    >>> args.master, args.conf
+    ('local[2]', {'a': '2'})
+    """
+    args = build_parser().parse_args(argv)
+    args.conf = dict([*(args.conf or []), *(getattr(args, "conf_after", None) or [])])
+    if hasattr(args, "storage_options"):
+        args.storage_options = dict(args.storage_options) if args.storage_options else None
+    return args
 
 
 def _first_lines(text: str, limit: int) -> list[str]:
@@ -364,12 +566,12 @@ def _summary(exc: BaseException) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the ``fkjoin`` command line; returns the exit code (see the module docstring).
+    """Run the ``fkjoin`` command line; returns the exit code (:data:`EXIT_CODES`).
 
     >>> main(["run", "--spec-json", '{"kind": "foreign_key_join"}'])  # doctest: +SKIP
     2
     """
-    args = build_parser().parse_args(argv)
+    args = parse_args(argv)
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s"
     )
@@ -400,6 +602,8 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps(result, default=str), flush=True)
     if result.get("mode") == "audit" and not result.get("consistent", True):
         return EXIT_AUDIT_DIFFERS
+    if args.command == "validate" and not result["valid"]:
+        return EXIT_BAD_INPUT
     return 0
 
 

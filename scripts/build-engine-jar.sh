@@ -22,7 +22,7 @@ echo "setup: building the engine jar ($jar_file)" >&2
 classes="$(mktemp -d)"
 trap 'rm -rf "$classes"' EXIT
 find jvm/src -type f -name '*.java' -print0 \
-  | xargs -0 javac --release 17 -nowarn -encoding UTF-8 -cp "$spark_jars/*:$delta_jars/*" -d "$classes"
+  | xargs -0 javac --release 17 -nowarn -XDsuppressNotes -encoding UTF-8 -cp "$spark_jars/*:$delta_jars/*" -d "$classes"
 mkdir -p "$out_dir"
 jar --create --file "$jar_file.tmp" -C "$classes" .
 mv "$jar_file.tmp" "$jar_file"

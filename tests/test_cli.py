@@ -311,3 +311,290 @@ def test_a_dead_jvm_never_hides_the_error():
     assert root_cause_lines(FakePy4JJavaError(Gone("x", "y"))) == [
         "cause: not available (ConnectionError: Answer from Java side is empty)"
     ]
+
+
+# -- options before or after the subcommand, named errors, --version, --help ------------------------
+def test_global_options_go_before_or_after_the_subcommand():
+    after = cli.parse_args(["run", "s.yaml", "--master", "local[2]", "--conf", "a=1", "--conf", "b=x=y"])
+    before = cli.parse_args(["--master", "local[2]", "--conf", "a=1", "--conf", "b=x=y", "run", "s.yaml"])
+    for args in (after, before):
+        assert (args.master, args.conf, args.spec) == ("local[2]", {"a": "1", "b": "x=y"}, "s.yaml")
+    mixed = cli.parse_args(["--master", "local[1]", "--conf", "a=1", "connect-server", "--master", "yarn"])
+    assert (mixed.master, mixed.conf) == ("yarn", {"a": "1"})  # after the subcommand wins
+    assert cli.parse_args(["--conf", "a=1", "status", "s.yaml", "--conf", "a=2"]).conf == {"a": "2"}
+    assert cli.parse_args(["status", "s.yaml"]).master is None
+
+
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        (["run", "s.yaml", "--conf", "spark.foo"], "argument --conf: 'spark.foo' is not KEY=VALUE"),
+        (["--conf", "=2g", "run", "s.yaml"], "argument --conf: '=2g' is not KEY=VALUE"),
+        (["validate", "s.yaml", "--storage-option", "AWS_REGION"], "argument --storage-option: 'AWS_REGION'"),
+        (["audit", "s.yaml", "--examples", "-1"], "argument --examples: '-1' is not a whole number"),
+        (["connect-server", "--port", "x"], "argument --port: invalid int value: 'x'"),
+    ],
+)
+def test_a_malformed_option_is_named_with_its_form(capsys, argv, named):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(argv)
+    assert exit_info.value.code == cli.EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert named in err and "ValueError" not in err and "Traceback" not in err
+    if "--conf" in named:
+        assert "give it as --conf spark.executor.memory=2g" in err
+
+
+def test_run_without_a_spec_exits_2_saying_what_to_give(capsys):
+    code, out, err = run_cli(capsys, "run")
+    assert (code, out) == (2, "")
+    assert err == ["error: SpecError: fkjoin run: give a spec file (YAML or JSON) or --spec-json"]
+
+
+def test_version(capsys):
+    from importlib.metadata import version
+
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["--version"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"fkjoin {version('airflow-provider-fkjoin')} (airflow-provider-fkjoin; ")
+    assert f"pyspark {version('pyspark')}" in out and f"delta-spark {version('delta-spark')}" in out
+
+
+@pytest.mark.parametrize("command", [None, "validate", "run", "status", "audit", "demo", "connect-server"])
+def test_help_shows_examples_and_exit_codes(capsys, command):
+    with pytest.raises(SystemExit):
+        cli.main([command, "--help"] if command else ["--help"])
+    out = capsys.readouterr().out
+    assert "examples:\n  fkjoin " in out
+    assert "exit codes:\n  0   success" in out and "\n  75  a retryable error" in out
+    if command:
+        assert all(
+            f"  fkjoin {command}" in line
+            for line in out.split("examples:\n")[1].split("\n\n")[0].splitlines()
+        )
+
+
+# -- validate and status from the Delta logs (no JVM) ---------------------------------------------
+@pytest.fixture
+def no_spark(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Any Spark session the CLI asks for fails the test: these commands must answer from the logs."""
+
+    def refuse(args: Any) -> Any:
+        raise AssertionError("started a Spark session")
+
+    monkeypatch.setattr(cli, "_spark", refuse)
+
+
+def delta(path: Path, columns: dict[str, list[Any]], **properties: str) -> Path:
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    write_deltalake(str(path), pa.table(columns), configuration=properties or None)
+    return path
+
+
+def set_property(path: Path, key: str, value: str) -> None:
+    """Commit a table property as Spark's ``ALTER TABLE ... SET TBLPROPERTIES`` does: a new ``metaData``
+    action in the next log file (deltalake's writer refuses properties outside Delta's own)."""
+    log = path / "_delta_log"
+    latest = max(log.glob("*.json"))
+    actions = [json.loads(line) for line in latest.read_text().splitlines()]
+    (meta,) = [action["metaData"] for action in actions if "metaData" in action]
+    meta["configuration"] = {**meta.get("configuration", {}), key: value}
+    commit = {"commitInfo": {"timestamp": 1, "operation": "SET TBLPROPERTIES", "operationParameters": {}}}
+    version = int(latest.stem) + 1
+    (log / f"{version:020d}.json").write_text(
+        json.dumps({"metaData": meta}) + "\n" + json.dumps(commit) + "\n"
+    )
+
+
+def fk_spec(tmp_path: Path, **changes: Any) -> dict[str, Any]:
+    return {
+        "kind": "foreign_key_join",
+        "left": {"path": str(tmp_path / "orders"), "key": ["order_id"]},
+        "right": {"path": str(tmp_path / "customers"), "key": ["customer_id"]},
+        "foreign_key": ["customer_id"],
+        "output": {"path": str(tmp_path / "out")},
+        **changes,
+    }
+
+
+@pytest.fixture
+def tables(tmp_path: Path) -> Path:
+    cdf = {"delta.enableChangeDataFeed": "true"}
+    delta(tmp_path / "orders", {"order_id": [1, 2], "customer_id": [7, 8], "amount": [1.0, 2.0]}, **cdf)
+    delta(tmp_path / "customers", {"customer_id": [7, 8], "name": ["a", "b"]}, **cdf)
+    return tmp_path
+
+
+def validate(
+    capsys: pytest.CaptureFixture[str], spec: dict[str, Any]
+) -> tuple[int, dict[str, Any], list[str]]:
+    code, out, err = run_cli(capsys, "validate", "--spec-json", json.dumps(spec))
+    return code, json.loads(out.splitlines()[-1]), err
+
+
+def test_validate_passes_a_spec_whose_tables_fit_it(capsys, tables, no_spark):
+    code, report, err = validate(capsys, fk_spec(tables))
+    assert code == 0 and report["valid"] and report["problems"] == [] and report["warnings"] == []
+    assert report["inputs"]["left"]["columns"] == ["order_id", "customer_id", "amount"]
+    assert report["inputs"]["right"]["change_data_feed"] is True
+    assert report["output"] == {"path": str(tables / "out"), "exists": False}
+    assert err == ["fkjoin validate: --spec-json: valid"]
+
+
+def test_validate_names_every_problem_and_exits_2(capsys, tmp_path, no_spark):
+    delta(tmp_path / "orders", {"order_id": [1], "cust": [7]}, **{"delta.enableChangeDataFeed": "true"})
+    delta(tmp_path / "customers", {"id": [7], "name": ["a"]})  # no change data feed
+    delta(tmp_path / "out", {"x": [1]})  # somebody else's table
+    code, report, err = validate(capsys, fk_spec(tmp_path))
+    assert code == 2 and not report["valid"]
+    orders, customers, out = (str(tmp_path / name) for name in ("orders", "customers", "out"))
+    assert err == [
+        f"problem: foreign_key[0]: column 'customer_id' is not in left table {orders} "
+        "(columns: order_id, cust)",
+        f"problem: right.key[0]: column 'customer_id' is not in right table {customers} (columns: id, name)",
+        f"problem: output.path: {out} is a Delta table this engine did not create; a refresh would replace "
+        "its rows. Choose a new location, or set adopt_existing_output: true to take it over (its first "
+        "refresh rebuilds it from the inputs)",
+        f"warning: change data feed is off on input right ({customers}): every refresh will be a full "
+        "rebuild; enable it with ALTER TABLE ... SET TBLPROPERTIES (delta.enableChangeDataFeed = true)",
+        "fkjoin validate: --spec-json: 3 problems",
+    ]
+    assert sorted(p["field"] for p in report["problems"]) == ["foreign_key[0]", "output.path", "right.key[0]"]
+
+
+def test_validate_refuses_an_output_another_owner_holds(capsys, tables, no_spark):
+    theirs = '{"kind": "foreign_key_join", "owner": "sales.orders", "spec": "3f1c"}'
+    set_property(delta(tables / "out", {"order_id": [1]}), "fkjoin.owner", theirs)
+    code, report, _ = validate(
+        capsys, fk_spec(tables, output={"path": str(tables / "out"), "owner": "ops.x"})
+    )
+    assert code == 2
+    (problem,) = report["problems"]
+    assert problem["field"] == "output.path"
+    assert problem["message"].startswith(
+        f"{tables / 'out'} belongs to owner 'sales.orders' (a foreign_key_join)"
+    )
+    adopted = {"path": str(tables / "out"), "owner": "ops.x", "adopt_existing_output": True}
+    code, report, _ = validate(capsys, fk_spec(tables, output=adopted))
+    assert code == 0 and report["warnings"] == [
+        f"output {tables / 'out'} will be taken over (adopt_existing_output): its first refresh rebuilds it"
+    ]
+
+
+def test_validate_names_a_missing_table_and_a_bad_spec(capsys, tables, no_spark):
+    spec = fk_spec(tables, right={"path": str(tables / "nowhere"), "key": ["customer_id"]})
+    code, report, _ = validate(capsys, spec)
+    assert code == 2 and [p["field"] for p in report["problems"]] == ["right.path"]
+    assert report["problems"][0]["message"].startswith(f"no readable Delta table at {tables / 'nowhere'}")
+    code, report, err = validate(capsys, {**fk_spec(tables), "how": "sideways"})
+    assert code == 2 and report["kind"] is None
+    assert [p["field"] for p in report["problems"]] == ["spec"] and "how" in report["problems"][0]["message"]
+    assert err[0].startswith("problem: spec: ")
+
+
+def test_validate_checks_a_multiway_input_by_its_index(capsys, tables, no_spark):
+    spec = {
+        "kind": "multiway_join",
+        "inputs": [
+            {"name": "o", "path": str(tables / "orders"), "key": ["order_id"], "join_keys": ["customer_id"]},
+            {"name": "c", "path": str(tables / "customers"), "key": ["customer_id"], "join_keys": ["cid"]},
+        ],
+        "output": {"path": str(tables / "out")},
+    }
+    code, report, _ = validate(capsys, spec)
+    assert code == 2 and [p["field"] for p in report["problems"]] == ["inputs[1].join_keys[0]"]
+
+
+def commit_refresh(
+    output: Path, inputs: dict[str, tuple[Path, int]], fingerprint: str = "not-this-spec"
+) -> None:
+    """An fkjoin refresh commit on ``output`` (written with deltalake) that consumed ``inputs``."""
+    import deltalake
+    import pyarrow as pa
+    from deltalake import CommitProperties, write_deltalake
+
+    consumed = {
+        side: {
+            "location": str(path),
+            "table_id": str(deltalake.DeltaTable(str(path)).metadata().id),
+            "version": v,
+        }
+        for side, (path, v) in inputs.items()
+    }
+    progress = {
+        "seq": 1,
+        "kind": "foreign_key_join",
+        "fingerprint": fingerprint,
+        "mode": "full",
+        "inputs": consumed,
+    }
+    write_deltalake(
+        str(output),
+        pa.table({"order_id": [1]}),
+        commit_properties=CommitProperties(
+            custom_metadata={"userMetadata": json.dumps({"fkjoin": progress})}
+        ),
+    )
+
+
+def test_status_reads_the_delta_logs_without_spark(capsys, tables, no_spark):
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    commit_refresh(tables / "out", {"left": (tables / "orders", 0), "right": (tables / "customers", 0)})
+    for _ in range(2):  # two commits to orders since the refresh
+        write_deltalake(
+            str(tables / "orders"),
+            pa.table({"order_id": [3], "customer_id": [7], "amount": [3.0]}),
+            mode="append",
+        )
+    spec_file = tables / "spec.json"
+    spec_file.write_text(json.dumps(fk_spec(tables)))
+    code, out, _ = run_cli(capsys, "status", str(spec_file), "--master", "local[1]")
+    assert code == 0
+    status = json.loads(out.splitlines()[-1])
+    assert status["source"] == "delta_log"
+    assert status["inputs"]["left"] == {
+        "path": str(tables / "orders"),
+        "consumed_version": 0,
+        "high_watermark": 2,
+        "lag_versions": 2,
+    }
+    assert status["inputs"]["right"]["lag_versions"] == 0
+    assert status["last_refresh"]["mode"] == "full" and status["last_refresh"]["output_version"] == 0
+    assert status["last_refresh"]["spec_matches"] is False  # the commit's fingerprint is another spec's
+
+
+def test_status_of_a_spec_with_catalog_tables_goes_through_spark(capsys, monkeypatch):
+    seen: list[Any] = []
+    monkeypatch.setattr(cli, "_spark", lambda args: "spark-session")
+    monkeypatch.setattr(
+        engine, "refresh_status", lambda spec, spark: seen.append(spark) or {"kind": spec.kind}, raising=False
+    )
+    spec = {**SPEC, "left": {"name": "db.orders", "key": ["order_id"]}}
+    code, out, _ = run_cli(capsys, "status", "--spec-json", json.dumps(spec))
+    assert code == 0 and seen == ["spark-session"] and json.loads(out) == {"kind": "foreign_key_join"}
+    code, _, _ = run_cli(capsys, "status", "--spark", "--spec-json", json.dumps(SPEC))
+    assert code == 0 and seen == ["spark-session", "spark-session"]
+
+
+@pytest.mark.parametrize("command", ["validate", "status"])
+def test_validate_and_status_never_import_pyspark(tables, command):
+    import subprocess
+    import sys
+
+    script = (
+        "import json, sys\n"
+        "from airflow_provider_fkjoin import cli\n"
+        f"code = cli.main([{command!r}, '--spec-json', {json.dumps(json.dumps(fk_spec(tables)))}])\n"
+        "assert 'pyspark' not in sys.modules and 'py4j' not in sys.modules, 'a JVM library was imported'\n"
+        "sys.exit(code)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr

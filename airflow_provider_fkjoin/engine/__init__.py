@@ -7,7 +7,9 @@ Public API (stable; see docs/concepts/result.md and the spec reference)::
 
 Importing this package is light: the Spark-side names (``get_spark``, ``run_spec``, ...) load pyspark
 on first use, so the Airflow scheduler and triggerer can use the no-JVM helpers in :mod:`.deltalog.watermarks`
-(``high_watermark``, ``progress``) without importing pyspark.
+(``high_watermark``, ``progress``) without importing pyspark, and ``validate_spec`` and
+``refresh_status_from_logs`` (:mod:`.deltalog.validation`) check a spec and read an output's status the
+same way.
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ from .runtime.packaging import (
 
 if TYPE_CHECKING:
     from .core.spec import WRITE_PATHS, as_self_join, load_spec, read_spec_file
+    from .deltalog.validation import refresh_status_from_logs, uses_catalog_tables, validate_spec
     from .runner import refresh_status, run_spec
     from .runtime.session import DEFAULT_CONF, connect_server_argv, get_spark, is_connect
 
@@ -70,6 +73,9 @@ _LAZY = {
     "load_spec": ".core.spec",
     "read_spec_file": ".core.spec",
     "refresh_status": ".runner",
+    "refresh_status_from_logs": ".deltalog.validation",
+    "uses_catalog_tables": ".deltalog.validation",
+    "validate_spec": ".deltalog.validation",
     "run_spec": ".runner",
 }
 
@@ -124,6 +130,9 @@ __all__ = [
     "refresh_by_origin",
     "refresh_result_from_commit",
     "refresh_status",
+    "refresh_status_from_logs",
     "run_spec",
     "table_snapshot",
+    "uses_catalog_tables",
+    "validate_spec",
 ]

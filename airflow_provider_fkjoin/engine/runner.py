@@ -11,6 +11,7 @@ from pyspark.sql import SparkSession
 from .audit import audit_output
 from .core.errors import SpecError
 from .core.planning import RefreshResult
+from .core.progress import status_report
 from .core.spec import WRITE_PATHS, AnySpec, load_spec, spec_expressions, spec_fingerprint
 from .delta.output_log import read_progress
 from .delta.ownership import check_ownership
@@ -76,24 +77,10 @@ def refresh_status(
     loaded = load_spec(spec)
     session = spark or get_spark()
     output = DeltaHandle(session, loaded.output, "output")
-    previous = read_progress(output)
-    inputs: dict[str, Any] = {}
+    latest: dict[str, tuple[str, int | None]] = {}
     for side, ref in loaded.inputs().items():
         handle = DeltaHandle(session, ref, side)
-        latest = handle.state().version if handle.exists() else None
-        consumed = previous.inputs[side].version if previous and side in previous.inputs else None
-        inputs[side] = {
-            "path": handle.location,
-            "consumed_version": consumed,
-            "high_watermark": latest,
-            "lag_versions": None if latest is None or consumed is None else latest - consumed,
-        }
-    last = None
-    if previous is not None:
-        last = {
-            "mode": previous.mode,
-            "output_version": previous.output_version,
-            "committed_at": previous.committed_at.isoformat() if previous.committed_at else None,
-            "spec_matches": previous.fingerprint == spec_fingerprint(loaded),
-        }
-    return {"kind": loaded.kind, "output": {"path": output.location}, "inputs": inputs, "last_refresh": last}
+        latest[side] = (handle.location, handle.state().version if handle.exists() else None)
+    return status_report(
+        loaded.kind, output.location, latest, read_progress(output), spec_fingerprint(loaded)
+    )

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -81,3 +82,54 @@ def describe_owner(value: str) -> str:
     if parsed:
         return f"an unnamed {parsed.get('kind')} spec (spec id {parsed.get('spec')}, no output.owner)"
     return f"owner {value[:80]!r}"
+
+
+@dataclass(frozen=True)
+class OutputOwnerCheck:
+    """What an existing output's recorded owner means for a spec: ``refusal`` is the error to raise (None:
+    the spec may write it), ``claim`` whether its next commit must record the spec's owner."""
+
+    claim: bool
+    refusal: str | None = None
+
+
+def check_output_owner(
+    location: str,
+    recorded: str | None,
+    owner: str,
+    *,
+    adopts: bool,
+    refreshed_before: Callable[[], bool],
+) -> OutputOwnerCheck:
+    """May the spec whose owner value is ``owner`` write the existing output at ``location``, which
+    recorded ``recorded`` (None: no owner recorded)? ``refreshed_before`` says whether the output holds a
+    refresh commit of this engine (asked only when nothing is recorded). The Spark refresh
+    (:mod:`..delta.ownership`) and ``fkjoin validate`` (:mod:`..deltalog.validation`) both decide here.
+
+    >>> check_output_owner("/w/x", None, "{}", adopts=False, refreshed_before=lambda: False).refusal[:40]
+    'output.path: /w/x is a Delta table this '
+    """
+    if recorded == owner:
+        return OutputOwnerCheck(claim=False)
+    if adopts:
+        return OutputOwnerCheck(claim=True)
+    if recorded is not None:
+        verdict = owner_verdict(recorded, owner)
+        if verdict.allowed:
+            return OutputOwnerCheck(claim=verdict.claim)
+        return OutputOwnerCheck(
+            claim=False,
+            refusal=f"output.path: {location} belongs to {describe_owner(recorded)}, and this refresh is "
+            f"by {describe_owner(owner)}; two specs writing one table would replace each other's rows. "
+            "Give this spec its own output, or set adopt_existing_output: true to take the table over "
+            "(its first refresh rebuilds it)",
+        )
+    if refreshed_before():
+        # Created by this engine before outputs recorded their owner: claim it on the next commit.
+        return OutputOwnerCheck(claim=True)
+    return OutputOwnerCheck(
+        claim=False,
+        refusal=f"output.path: {location} is a Delta table this engine did not create; a refresh would "
+        "replace its rows. Choose a new location, or set adopt_existing_output: true to take it over "
+        "(its first refresh rebuilds it from the inputs)",
+    )

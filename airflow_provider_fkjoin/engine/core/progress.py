@@ -217,3 +217,36 @@ def transaction_app_id(output_identity: str) -> str:
     catalog name, give the same id), and from its normalised location for the commit that creates it.
     """
     return "fkjoin-" + hashlib.sha256(output_identity.encode()).hexdigest()[:24]
+
+
+def status_report(
+    kind: str,
+    output_location: str,
+    inputs: dict[str, tuple[str, int | None]],
+    previous: Progress | None,
+    fingerprint: str,
+) -> dict[str, Any]:
+    """Where an output stands (``fkjoin status``): per input (``{side: (location, latest version or None)}``)
+    the version the last refresh consumed and the lag behind its latest, and that refresh itself.
+
+    >>> status_report("foreign_key_join", "/w/x", {"left": ("/w/o", 3)}, None, "f")["inputs"]["left"]
+    {'path': '/w/o', 'consumed_version': None, 'high_watermark': 3, 'lag_versions': None}
+    """
+    sides: dict[str, Any] = {}
+    for side, (location, latest) in inputs.items():
+        consumed = previous.inputs[side].version if previous and side in previous.inputs else None
+        sides[side] = {
+            "path": location,
+            "consumed_version": consumed,
+            "high_watermark": latest,
+            "lag_versions": None if latest is None or consumed is None else latest - consumed,
+        }
+    last = None
+    if previous is not None:
+        last = {
+            "mode": previous.mode,
+            "output_version": previous.output_version,
+            "committed_at": previous.committed_at.isoformat() if previous.committed_at else None,
+            "spec_matches": previous.fingerprint == fingerprint,
+        }
+    return {"kind": kind, "output": {"path": output_location}, "inputs": sides, "last_refresh": last}

@@ -28,7 +28,7 @@ from pyspark.sql import SparkSession
 
 from ..core.errors import SpecError
 from ..core.locations import is_within
-from ..core.owners import describe_owner, owner_verdict, spec_owner
+from ..core.owners import check_output_owner, spec_owner
 from ..delta.output_log import read_progress
 from .tables import OWNER_PROPERTY, DeltaHandle
 
@@ -69,26 +69,13 @@ def check_ownership(spark: SparkSession, spec: Any) -> Ownership:
                 f"output.path: the output {output.location} is the same Delta table as {side} "
                 f"({handle.location}, table id {state.table_id}); write the output to a location of its own"
             )
-    recorded = state.properties.get(OWNER_PROPERTY)
-    if recorded == owner:
-        return Ownership(owner, claim=False)
-    if spec.adopts_existing_output:
-        return Ownership(owner, claim=True)
-    if recorded is not None:
-        verdict = owner_verdict(recorded, owner)
-        if verdict.allowed:
-            return Ownership(owner, claim=verdict.claim)
-        raise SpecError(
-            f"output.path: {output.location} belongs to {describe_owner(recorded)}, and this refresh is "
-            f"by {describe_owner(owner)}; two specs writing one table would replace each other's rows. "
-            "Give this spec its own output, or set adopt_existing_output: true to take the table over "
-            "(its first refresh rebuilds it)"
-        )
-    if read_progress(output) is not None:
-        # Created by this engine before outputs recorded their owner: claim it on the next commit.
-        return Ownership(owner, claim=True)
-    raise SpecError(
-        f"output.path: {output.location} is a Delta table this engine did not create; a refresh would "
-        "replace its rows. Choose a new location, or set adopt_existing_output: true to take it over "
-        "(its first refresh rebuilds it from the inputs)"
+    check = check_output_owner(
+        output.location,
+        state.properties.get(OWNER_PROPERTY),
+        owner,
+        adopts=spec.adopts_existing_output,
+        refreshed_before=lambda: read_progress(output) is not None,
     )
+    if check.refusal is not None:
+        raise SpecError(check.refusal)
+    return Ownership(owner, claim=check.claim)
