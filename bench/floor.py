@@ -62,6 +62,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="narrow: 4-column tables, a one-commit batch per side; bench: bench.fk_join's own tables and "
         "change batches (bench.datagen, inner join), so the figures compare with its recompute",
     )
+    p.add_argument(
+        "--strategy",
+        choices=["auto", "incremental", "recompute"],
+        default="auto",
+        help="the engine refresh's refresh_strategy (auto: the engine's estimate chooses)",
+    )
     args = p.parse_args(argv)
     args.json_out = json_out(args.json_out, "floor")
     return args
@@ -127,6 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         }
         if args.data == "bench":
             spec = fk_join.make_spec(Path(p["orders"]), Path(p["customers"]), Path(p["out"]))
+        spec["refresh_strategy"] = args.strategy
         return spec
 
     run_spec(spec_for("engine refresh"), spark=spark)
@@ -259,6 +266,7 @@ def main(argv: list[str] | None = None) -> int:
         return {
             "wall_s": round(time.perf_counter() - started, 3),
             "write_path": result.get("write_path"),
+            "strategy": result.get("strategy"),
             "rows": {k: result["rows"][k] for k in ("inserted", "updated", "deleted")},
         }
 

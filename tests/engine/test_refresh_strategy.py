@@ -136,5 +136,6 @@ def test_recompute_is_refused_for_an_append_only_output(spark: SparkSession, tmp
     spec = join_spec(
         tmp_path / "orders", tmp_path / "products", tmp_path / "out", refresh_strategy="recompute"
     )
-    with pytest.raises(SpecError, match="refresh_strategy: recompute is for keyed outputs"):
+    refused = "refresh_strategy: recompute is not available for this stream_table_join output"
+    with pytest.raises(SpecError, match=refused):
         run_spec(spec, spark=spark)

@@ -148,7 +148,8 @@ BAD_SPECS: list[tuple[str, dict[str, Any], str]] = [
         "a field misspelt",
         with_(FK, colums={"a": "l.a"}),
         "invalid spec: colums: is not a known field here (check the spelling); did you mean columns? "
-        "known fields: adopt_existing_output, refresh_strategy, kind, left, right, foreign_key, how, columns, output",
+        "known fields: adopt_existing_output, refresh_strategy, kind, left, right, foreign_key, how, "
+        "columns, output",
     ),
     (
         "an expression that is not text",

@@ -374,12 +374,14 @@ class ForeignKeyJoinRefresh(KindRefresh):
         joined = _join(_with_fk(left.rows, shape), right.rows, shape, spec.how)
 
         def rows(commit: Commit) -> dict[str, Any]:
+            left_counts, right_counts = left.verify(), right.verify()
             return _rows(
                 commit.inserted,
                 commit.updated,
                 commit.deleted,
-                null_left=left.verify().null_keys,
-                null_right=right.verify().null_keys,
+                null_left=left_counts.null_keys,
+                null_right=right_counts.null_keys,
+                recomputed=left_counts.rows - left_counts.null_keys,
             )
 
         return Recomputed(joined, list(shape.left_key), list(shape.value_columns), rows, (left, right))

@@ -360,7 +360,7 @@ class KindRefresh(ABC):
     replace_consequence: ClassVar[str] = ""
     #: The Spark jobs of a small incremental refresh and of a recompute (what the strategy estimate
     #: charges each plan per job; counted in ``tests/engine/test_action_counts.py``). A kind with a
-    #: :meth:`recompute` sets both.
+    #: :meth:`KindRefresh.recompute` sets both.
     incremental_jobs: ClassVar[int] = 0
     recompute_jobs: ClassVar[int] = 0
 
@@ -483,8 +483,9 @@ def _refresh(kind: KindRefresh, options: RunOptions, started: float) -> RefreshR
     requested = getattr(kind.identity, "refresh_strategy", "auto")
     if requested == "recompute" and not kind.recompute_jobs:
         raise SpecError(
-            f"refresh_strategy: recompute is for keyed outputs; a {kind.identity.kind} output "
-            f"{kind.output.location} is refreshed incrementally only: leave refresh_strategy out"
+            f"refresh_strategy: recompute is not available for this {kind.identity.kind} output "
+            f"({kind.output.location}); it serves foreign-key joins and table-mode inner and left windowed "
+            "joins. Leave refresh_strategy out (or set it to incremental); nothing was written"
         )
     states = pin_inputs(kind.handles, kind.before_pin)
     phase("pinned")
