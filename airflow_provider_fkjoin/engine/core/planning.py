@@ -171,15 +171,15 @@ class CostModel:
     them with ``spark.fkjoin.cost.*`` (:func:`..runtime.session.cost_model`)."""
 
     #: Seconds per Spark job of the plan (scheduling, planning, the driver between jobs).
-    job_s: float = 0.35
-    #: Compressed Parquet bytes a plan reads per second.
-    scan_bytes_per_s: float = 60e6
+    job_s: float = 0.45
+    #: Compressed Parquet bytes a plan reads, joins and writes per second.
+    scan_bytes_per_s: float = 10e6
     #: What a change-feed byte costs against a table byte: its rows are read as pre- and post-images,
     #: grouped per key, and joined to the other side.
     feed_weight: float = 6.0
     #: What a recomputed output byte costs against a table byte: the join is shuffled, and compared with
     #: the output's rows key by key.
-    recompute_weight: float = 3.0
+    recompute_weight: float = 1.5
 
 
 @dataclass(frozen=True)

@@ -321,7 +321,7 @@ class ForeignKeyJoinRefresh(KindRefresh):
 
     spec: ForeignKeyJoinSpec
     incremental_jobs = 6
-    recompute_jobs = 4
+    recompute_jobs = 5
     #: What ``prepare`` resolved, read by every step: each side's pinned version, each side as the
     #: join reads it, and the join's columns.
     to_versions: dict[str, int]

@@ -638,7 +638,9 @@ def _recompute(
         )
     phase("changes_read")
     request = refresh.request("incremental", plan.reason)
-    net = net_changes(previous, recomputed.rows, recomputed.key, recomputed.value_columns)
+    net = net_changes(
+        previous, recomputed.rows, recomputed.key, recomputed.value_columns, keep_unchanged=False
+    )
     warned = len(refresh.warnings)
     try:
         for check in recomputed.checks:

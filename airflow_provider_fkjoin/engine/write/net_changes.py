@@ -96,7 +96,14 @@ class NetChanges:
         self.frame.unpersist()
 
 
-def net_changes(old: DataFrame, new: DataFrame, key: list[str], value_columns: list[str]) -> NetChanges:
+def net_changes(
+    old: DataFrame,
+    new: DataFrame,
+    key: list[str],
+    value_columns: list[str],
+    *,
+    keep_unchanged: bool = True,
+) -> NetChanges:
     """Classify each key of ``old`` (previous output rows) and ``new`` (its rows after this refresh).
 
     Both hold the key and value columns; a key missing from ``old`` is an insert, missing from ``new``
@@ -115,13 +122,16 @@ def net_changes(old: DataFrame, new: DataFrame, key: list[str], value_columns: l
     same = F.expr(values_equal("o", "n", [(c, types[c]) for c in value_columns]))
     had, has = F.col(f"o.{_OLD}").isNotNull(), F.col(f"n.{_NEW}").isNotNull()
     change = F.when(had & has & ~same, "update").when(had & ~has, "delete").when(~had & has, "insert")
-    frame = joined.select(
+    classified = joined.select(
         *[F.coalesce(F.col(f"n.{quote(c)}"), F.col(f"o.{quote(c)}")).alias(c) for c in key],
         *[F.col(f"n.{quote(c)}").alias(c) for c in value_columns],
         *[F.col(f"o.{quote(c)}").alias(PRE_IMAGE + c) for c in value_columns],
         change.alias(CHANGE),
         had.cast("int").alias(EXPECTED),
-    ).persist(StorageLevel.MEMORY_AND_DISK)
+    )
+    if not keep_unchanged:
+        classified = classified.where(F.col(CHANGE).isNotNull())
+    frame = classified.persist(StorageLevel.MEMORY_AND_DISK)
     with_hashes = frame.select(*key_hashes(key), F.col(CHANGE), F.col(EXPECTED))
     expected = F.col(EXPECTED) == 1
     try:
