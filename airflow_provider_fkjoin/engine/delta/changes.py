@@ -417,19 +417,19 @@ def one_row_per_key(frame: DataFrame, key: list[str], table: DeltaHandle, versio
     return KeyedRows(rows, counted, frame, key, table, version, observation)
 
 
-@dataclass(frozen=True)
+@dataclass
 class ObservedKeys:
     """A whole table's rows with a non-null key, one per key, whose duplicate-key check and null-key count
     are taken on the way of the action that reads them (``DataFrame.observe``): a recompute's inputs,
     checked as a full rebuild checks them (:func:`check_keys`) without a job of its own.
 
-    After that action, :meth:`verify` raises :func:`check_keys`'s :class:`InputDataError` when a key
-    repeated, and returns the counts; when nothing was observed (Spark Connect), it runs
-    :func:`check_keys` on ``source``.
+    After that action, :func:`verify_observed` raises :func:`check_keys`'s :class:`InputDataError` when a
+    key repeated, and gives the counts; where nothing was observed (Spark Connect) it runs
+    :func:`check_keys_of` on the sources, all in one job.
 
     >>> orders = observed_keys(orders_rows, ["order_id"], orders_table, 7)
-    >>> commit(orders.rows); orders.verify()  # doctest: +SKIP
-    KeyCounts(rows=1000, null_keys=2)
+    >>> commit(orders.rows); verify_observed([orders])  # doctest: +SKIP
+    [KeyCounts(rows=1000, null_keys=2)]
     """
 
     rows: DataFrame
@@ -438,12 +438,27 @@ class ObservedKeys:
     table: DeltaHandle
     version: int
     observation: Observation | None
+    counts: KeyCounts | None = None
 
-    def verify(self) -> KeyCounts:
-        found = None if self.observation is None else observation_metrics(self.observation)
+
+def verify_observed(checks: list[ObservedKeys]) -> list[KeyCounts]:
+    """Each check's counts (kept on it), raising on a repeated key; see :class:`ObservedKeys`."""
+    unobserved = []
+    for check in checks:
+        if check.counts is not None:
+            continue
+        found = None if check.observation is None else observation_metrics(check.observation)
         if found is None or found["duplicates"]:
-            return check_keys(self.source, self.key, self.table, self.version, count_nulls=True)
-        return KeyCounts(int(found["rows"] or 0), int(found["nulls"] or 0))
+            unobserved.append(check)
+        else:
+            check.counts = KeyCounts(int(found["rows"] or 0), int(found["nulls"] or 0))
+    if unobserved:
+        counted = check_keys_of(
+            [KeyCheck(c.source, c.key, c.table, c.version, count_nulls=True) for c in unobserved]
+        )
+        for check, counts in zip(unobserved, counted, strict=True):
+            check.counts = counts
+    return [check.counts for check in checks if check.counts is not None]
 
 
 def observed_keys(frame: DataFrame, key: list[str], table: DeltaHandle, version: int) -> ObservedKeys:

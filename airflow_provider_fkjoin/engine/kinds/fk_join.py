@@ -43,6 +43,7 @@ from ..delta.changes import (
     maybe_broadcast,
     observed_keys,
     one_row_per_key,
+    verify_observed,
 )
 from ..delta.tables import (
     DeltaHandle,
@@ -374,7 +375,7 @@ class ForeignKeyJoinRefresh(KindRefresh):
         joined = _join(_with_fk(left.rows, shape), right.rows, shape, spec.how)
 
         def rows(commit: Commit) -> dict[str, Any]:
-            left_counts, right_counts = left.verify(), right.verify()
+            left_counts, right_counts = verify_observed([left, right])
             return _rows(
                 commit.inserted,
                 commit.updated,

@@ -46,6 +46,7 @@ from ..core.progress import (
 )
 from ..core.spec import spec_field_hashes, spec_fingerprint
 from ..core.trace import phase, phase_timeline
+from ..delta.changes import ObservedKeys, verify_observed
 from ..delta.output_log import read_output_log
 from ..delta.ownership import Ownership
 from ..delta.tables import DeltaHandle, TableState, feed_bytes, warm_file_reads
@@ -327,14 +328,14 @@ class Written:
 class Recomputed:
     """A keyed kind's output recomputed from its pinned inputs (:meth:`KindRefresh.recompute`), for the
     recompute strategy: the rows (not yet computed), their key and value columns, the result's ``rows``
-    once the net changes against the output are committed, and the input checks (each with a
-    ``verify()`` that raises on bad input) taken by the action that computes the net changes."""
+    once the net changes against the output are committed, and the inputs' key checks taken by the action
+    that computes the net changes (:func:`..delta.changes.verify_observed`)."""
 
     rows: DataFrame
     key: list[str]
     value_columns: list[str]
     result_rows: Callable[[Commit], dict[str, Any]]
-    checks: tuple[Any, ...] = ()
+    checks: tuple[ObservedKeys, ...] = ()
 
 
 class KindRefresh(ABC):
@@ -643,8 +644,7 @@ def _recompute(
     )
     warned = len(refresh.warnings)
     try:
-        for check in recomputed.checks:
-            check.verify()
+        verify_observed(list(recomputed.checks))
         phase("merge_started")
         commit = refresh.commit_net_changes(net, recomputed.key, request)
     finally:
