@@ -130,7 +130,8 @@ def test_jars_and_packages_are_added_to_what_the_engine_needs(spark_conn):
 def test_packages_are_added_to_deltas_coordinate_without_local_jars(spark_conn, monkeypatch, tmp_path):
     spark_conn({"conn_type": "spark", "host": "local[2]"})
     monkeypatch.setenv("FKJOIN_DELTA_JARS", str(tmp_path))  # a folder without jars: Delta from Maven
-    argv = FkJoinHook(packages="org.apache.hadoop:hadoop-aws:3.4.1", jars="/x/a.jar").spark_submit_command(SPEC)
+    hook = FkJoinHook(packages="org.apache.hadoop:hadoop-aws:3.4.1", jars="/x/a.jar")
+    argv = hook.spark_submit_command(SPEC)
     assert argv[argv.index("--packages") + 1] == f"{DELTA_PACKAGE},org.apache.hadoop:hadoop-aws:3.4.1"
     assert argv[argv.index("--jars") + 1] == "/opt/fkjoin/fkjoin-engine.jar,/x/a.jar"
 
