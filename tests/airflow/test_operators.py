@@ -15,6 +15,7 @@ from airflow.sdk import DAG, Asset, AssetAlias
 from airflow.sdk.execution_time.context import OutletEventAccessors
 from airflow_support import FakeStateStore, record_refresh, write_table
 
+from airflow_provider_fkjoin import operators
 from airflow_provider_fkjoin.hooks.fkjoin import FkJoinBadInputError, FkJoinHook
 from airflow_provider_fkjoin.links import JOIN_REFRESH_XCOM_KEY, OUTPUT_TABLE_XCOM_KEY, SPARK_UI_XCOM_KEY
 from airflow_provider_fkjoin.operators import (
@@ -887,14 +888,7 @@ def test_a_first_try_never_looks_for_an_earlier_commit(tmp_path: Path, submitted
 
 
 # -- the interface a DAG author reads and relies on -------------------------------------------------------
-PUBLIC_OPERATORS = [
-    ForeignKeyJoinOperator,
-    GlobalTableBootstrapOperator,
-    MultiWayJoinOperator,
-    SelfJoinOptimizeOperator,
-    StreamTableJoinOperator,
-    WindowedJoinOperator,
-]
+PUBLIC_OPERATORS = [getattr(operators, name) for name in operators.__all__]
 
 
 @pytest.mark.parametrize("operator", PUBLIC_OPERATORS, ids=lambda op: op.__name__)
