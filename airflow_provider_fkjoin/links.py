@@ -1,7 +1,12 @@
-"""Extra links (the Spark UI of the running application, the output table) and table-location helpers.
+"""Extra links (the Spark UI of the running application, the output's and the refresh's pages in the Joins
+view) and table-location helpers.
 
 Links in Airflow 3 are read from XCom by the API server: an operator pushes the URL under the link's
-``xcom_key`` while it runs (:func:`push_link`), and the UI shows it as a button on the task.
+``xcom_key`` while it runs (:func:`push_link`), the task runner pushes every link's ``get_link`` when the
+task ends, and the UI shows each as a button on the task.
+
+    >>> joins_view_url("output", dag_id="orders", task_id="enrich")
+    '/fkjoin/output?dag_id=orders&task_id=enrich'
 
     >>> table_uri("/warehouse/./orders_enriched/")
     'file:///warehouse/orders_enriched'
@@ -12,7 +17,7 @@ Links in Airflow 3 are read from XCom by the API server: an operator pushes the 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, ClassVar
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote, urlencode, urlsplit
 
 from airflow.sdk import BaseOperatorLink
 
@@ -23,12 +28,16 @@ if TYPE_CHECKING:
     from airflow.sdk.types import TaskInstanceKey
 
 __all__ = [
+    "JOINS_VIEW_PREFIX",
+    "JOIN_REFRESH_XCOM_KEY",
     "OUTPUT_TABLE_XCOM_KEY",
     "SPARK_UI_XCOM_KEY",
     "TABLE_SCHEMES",
+    "JoinRefreshLink",
     "OutputTableLink",
     "SparkApplicationLink",
     "check_location",
+    "joins_view_url",
     "push_link",
     "spark_ui_url",
     "table_browser_url",
@@ -37,6 +46,9 @@ __all__ = [
 
 SPARK_UI_XCOM_KEY = "fkjoin_spark_ui"
 OUTPUT_TABLE_XCOM_KEY = "fkjoin_output_table"
+JOIN_REFRESH_XCOM_KEY = "fkjoin_join_refresh"
+#: Where the api-server mounts the Joins view (under ``[api] base_url``'s path).
+JOINS_VIEW_PREFIX = "/fkjoin"
 _STANDALONE_UI_PORT = 8080
 
 
@@ -149,8 +161,40 @@ class SparkApplicationLink(_XComLink):
     key = SPARK_UI_XCOM_KEY
 
 
+def joins_view_url(page: str, **query: Any) -> str:
+    """A page of the Joins view, relative to the api-server's root (``[api] base_url``'s path first), so
+    the link works from the Airflow UI whatever host name the browser uses."""
+    from airflow.sdk import conf
+
+    root = urlsplit(conf.get("api", "base_url", fallback="") or "").path.rstrip("/")
+    shown = {name: value for name, value in query.items() if value is not None}
+    return f"{root}{JOINS_VIEW_PREFIX}/{page}?{urlencode(shown)}"
+
+
 class OutputTableLink(_XComLink):
-    """The join's output Delta table (cloud console for S3/GCS, else its URI)."""
+    """The output's page in the Joins view: its freshness, lag and refresh history (the table's path,
+    and the cloud console for S3 and GCS, are on that page)."""
 
     name = "Output table"
     key = OUTPUT_TABLE_XCOM_KEY
+
+    def get_link(self, operator: BaseOperator, *, ti_key: TaskInstanceKey) -> str:
+        return joins_view_url("output", dag_id=ti_key.dag_id, task_id=ti_key.task_id)
+
+
+class JoinRefreshLink(_XComLink):
+    """What this task instance's refresh did (versions, rows, phases), in the Joins view: on join tasks
+    only, where Airflow's "Join refresh" tab is on every task."""
+
+    name = "Join refresh"
+    key = JOIN_REFRESH_XCOM_KEY
+
+    def get_link(self, operator: BaseOperator, *, ti_key: TaskInstanceKey) -> str:
+        map_index = getattr(ti_key, "map_index", -1)
+        return joins_view_url(
+            "refresh",
+            dag_id=ti_key.dag_id,
+            run_id=ti_key.run_id,
+            task_id=ti_key.task_id,
+            map_index=map_index if map_index is not None and map_index >= 0 else None,
+        )

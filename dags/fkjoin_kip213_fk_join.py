@@ -12,13 +12,17 @@ event (version, mode, row counts) schedules ``fkjoin_orders_report``. Run it wit
 
 Trigger it with ``{"seed": false}`` to see a run where nothing changed: the join's task reads the Delta
 logs, finds no input moved, and finishes in a second or two without starting Spark; it emits no asset
-event, so ``fkjoin_orders_report`` does not run for nothing.
+event, so ``fkjoin_orders_report`` does not run for nothing. Trigger it with ``{"full_refresh": true}``
+to rebuild the output from its inputs. A run consumes every change since the previous refresh (not its
+hour), hence ``catchup=False`` and one active run; the Joins view flags the output ``warn`` once its
+inputs have held unconsumed changes for 2 hours, ``error`` after 6.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 
+import pendulum
 from airflow.sdk import DAG, Param, task
 from fkjoin_example_data import warehouse
 
@@ -38,7 +42,10 @@ with DAG(
     max_active_runs=1,
     tags=["fkjoin", "example", "kip-213"],
     default_args={"retries": 1, "retry_delay": dt.timedelta(minutes=1)},
-    params={"seed": Param(True, type="boolean", description="write this run's batch of changes")},
+    params={
+        "seed": Param(True, type="boolean", description="write this run's batch of changes"),
+        "full_refresh": Param(False, type="boolean", description="rebuild the output from its inputs"),
+    },
 ):
 
     @task
@@ -63,6 +70,8 @@ with DAG(
             "tier": "r.tier",
         },
         output=str(ORDERS_CUSTOMERS),
+        full_refresh="{{ params.full_refresh }}",
+        freshness={"warn_after": pendulum.duration(hours=2), "error_after": pendulum.duration(hours=6)},
     )
 
     seed() >> join

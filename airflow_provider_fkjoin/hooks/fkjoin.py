@@ -36,7 +36,7 @@ import subprocess
 import sys
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -253,6 +253,17 @@ def fkjoin_cli_args(
     ]
 
 
+def _joined(ours: Sequence[str], theirs: str | Sequence[str] | None) -> str | None:
+    """A comma list of ``ours`` then ``theirs`` (a comma list or a list), each once, blanks dropped.
+
+    >>> _joined(["/d/delta.jar"], "/x/aws.jar, /d/delta.jar,"), _joined([], None)
+    ('/d/delta.jar,/x/aws.jar', None)
+    """
+    extra = theirs.split(",") if isinstance(theirs, str) else list(theirs or [])
+    items = [item.strip() for item in [*ours, *extra] if item and item.strip()]
+    return ",".join(dict.fromkeys(items)) or None
+
+
 class FkJoinHook(BaseHook):
     """Run one refresh of a join spec on Spark, via the Spark provider's SparkSubmitHook.
 
@@ -260,9 +271,11 @@ class FkJoinHook(BaseHook):
     :param conf: extra Spark conf; wins over the defaults this hook adds.
     :param env_vars: environment of the driver (spark-submit's process in client mode; the driver pod or
         application master on Kubernetes and YARN).
-    :param jars: comma-separated jars instead of Delta's (default: ``FKJOIN_DELTA_JARS`` or the repo's
-        ``.jars/``, else ``packages``).
-    :param packages: Maven coordinates used when there are no local jars (default Delta's).
+    :param jars: comma-separated jars the job needs besides the engine's own, e.g. ``"/opt/hadoop-aws.jar"``:
+        added after Delta's jars (``FKJOIN_DELTA_JARS`` or the repo's ``.jars/``) and the engine's jar,
+        never instead of them (set ``FKJOIN_DELTA_JARS`` to change Delta's).
+    :param packages: comma-separated Maven coordinates the job needs, added to Delta's coordinate when
+        there are no local Delta jars, e.g. ``"org.apache.hadoop:hadoop-aws:3.4.1"``.
     :param application: the job file to submit (default: the one in this package; on Kubernetes give
         the path inside the image, e.g. ``local:///opt/fkjoin/fkjoin_job.py``).
     :param deploy_mode: ``client`` or ``cluster``; overrides the connection's ``deploy-mode`` extra.
@@ -380,16 +393,20 @@ class FkJoinHook(BaseHook):
             ) from error
 
     def _delta_jars(self, deploy_mode: str) -> tuple[str | None, str | None]:
-        """``--jars`` and ``--packages``: the operator's own, else Delta's local jars (or its Maven
-        coordinate) and, when the driver runs here (client mode), the engine's jar, without which the
-        refresh writes through MERGE. A cluster-mode driver runs elsewhere: a local path means nothing
-        there, so it gets no engine jar from here."""
-        if self.jars:
-            return self.jars, None
-        if self.packages:
-            return None, self.packages
-        jars = ",".join(local_jars(with_engine=deploy_mode != "cluster"))
-        return jars or None, None if delta_jars() else DELTA_PACKAGE
+        """``--jars`` and ``--packages``: Delta's local jars (or its Maven coordinate) and, when the
+        driver runs here (client mode), the engine's jar, without which the refresh writes through MERGE;
+        then the operator's own ``jars`` and ``packages``, added and never instead (a SparkSubmitOperator
+        habit such as ``jars="/opt/hadoop-aws.jar"`` must not lose Delta). A cluster-mode driver runs
+        elsewhere: a local path means nothing there, so it gets no engine jar from here.
+
+        With ``FKJOIN_DELTA_JARS=/opt/delta/delta-spark.jar`` and the engine's jar built::
+
+            FkJoinHook(jars="/opt/hadoop-aws.jar")._delta_jars("client")
+            # ('/opt/delta/delta-spark.jar,/opt/fkjoin/fkjoin-engine.jar,/opt/hadoop-aws.jar', None)
+        """
+        jars = _joined(local_jars(with_engine=deploy_mode != "cluster"), self.jars)
+        packages = _joined([] if delta_jars() else [DELTA_PACKAGE], self.packages)
+        return jars, packages
 
     def _deploy_mode(self, connection: Any) -> str:
         return str(self.deploy_mode or connection.extra_dejson.get("deploy-mode") or "client")

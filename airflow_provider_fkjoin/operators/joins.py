@@ -24,6 +24,12 @@ Every operator also takes ``full_refresh`` (templated: a bool, or a string such 
 ``"{{ params.full_refresh }}"`` rendering to ``true``/``false``), which rebuilds the output from its
 inputs instead of applying their changes, ``write_path`` (``auto``, or ``merge`` to write every refresh
 with Delta's MERGE), and ``spark_ui`` (default off) to start the driver's web UI.
+A run consumes every change its inputs hold when it starts, not a slice of its logical date, and two
+refreshes of one output cannot overlap (the engine refuses the second): each operator therefore defaults
+to ``max_active_tis_per_dag=1``, so a second run's refresh waits for the first instead of failing. Give
+``max_active_tis_per_dag`` (or put it in ``default_args``) to change it, e.g. for a mapped task whose map
+indexes write different outputs. ``freshness`` sets how stale the output may get
+(:mod:`airflow_provider_fkjoin.operators.freshness`).
 Table paths are normalised as the engine does and must be absolute paths or object-store URLs: a
 relative ``output: "out"`` fails the task with ``output.path: table location 'out' is relative; ...``.
 A relative ``spec_file`` is fine: it is a file next to the DAG, not a table.
@@ -44,15 +50,17 @@ from airflow_provider_fkjoin.credentials import resolve_storage_options
 from airflow_provider_fkjoin.hooks.fkjoin import FkJoinBadInputError, FkJoinHook, parse_write_path
 from airflow_provider_fkjoin.lineage import ol_dataset
 from airflow_provider_fkjoin.links import (
+    JOIN_REFRESH_XCOM_KEY,
     OUTPUT_TABLE_XCOM_KEY,
     SPARK_UI_XCOM_KEY,
+    JoinRefreshLink,
     OutputTableLink,
     SparkApplicationLink,
     check_location,
     push_link,
-    table_browser_url,
     table_uri,
 )
+from airflow_provider_fkjoin.operators.freshness import freshness_policy
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -70,6 +78,7 @@ COMMON_TEMPLATE_FIELDS: tuple[str, ...] = (
     "write_path",
     "noop_check",
     "storage_conn_id",
+    "freshness",
 )
 #: The task state store key of the output version a task instance last reported (see ``execute``).
 REPORTED_VERSION_KEY = "fkjoin_reported_output_version"
@@ -174,29 +183,59 @@ def _with_parent_job_info(conf: dict[str, Any], context: Context) -> dict[str, A
     return inject_parent_job_information_into_spark_properties(conf, context)
 
 
-class _FkJoinOperator(BaseOperator):
-    """Shared machinery of the join operators; subclasses name the kind, fields and input sides.
+#: The ``:param:`` lines of the arguments every join operator takes, appended to each one's docstring.
+SHARED_PARAMS = """
+    Arguments every join operator takes (besides BaseOperator's):
 
-    A subclass lists ``template_fields`` as ``(*map(_attr, spec_fields), *COMMON_TEMPLATE_FIELDS)`` so the
-    arguments every operator takes (``full_refresh``, ``conf``...) are templated in all of them.
-
-    :param full_refresh: rebuild the output in full this run (templated; bool or "true"/"false").
+    :param spec_file: a YAML/JSON spec (relative to the DAG file's folder) whose fields are rendered with
+        Jinja at run time; the operator's own arguments win over the file's fields.
+    :param conn_id: the ``spark`` connection (spark-submit: local, standalone, YARN, Kubernetes) or a
+        ``spark_connect`` one (``sc://host:15002``: a long-lived Spark Connect server, no JVM per task);
+        default ``spark_default`` (templated).
+    :param conf: Spark conf for the job, e.g. ``{"spark.executor.memory": "4g"}``; wins over the
+        defaults the hook adds (templated).
+    :param env_vars: environment of the driver (spark-submit's process in client mode; the driver pod or
+        application master on Kubernetes and YARN), templated.
+    :param jars: comma-separated jars the job needs besides the engine's, e.g. ``"/opt/hadoop-aws.jar"``:
+        added after Delta's jars and the engine's jar, never instead of them.
+    :param packages: comma-separated Maven coordinates the job needs, added to what the engine needs.
+    :param application: the job file to submit (default: the one in this package; on Kubernetes, its path
+        inside the image, e.g. ``local:///opt/fkjoin/fkjoin_job.py``).
+    :param deploy_mode: ``client`` or ``cluster``; overrides the connection's ``deploy-mode`` extra.
+    :param storage_options: ``deltalake`` options for reading Delta logs without a JVM (the noop check, a
+        retry's look for an earlier commit); prefer ``storage_conn_id`` for credentials.
+    :param storage_conn_id: an AWS, Google Cloud or Azure connection for object-store tables (templated):
+        the job's ``spark.hadoop.*`` settings and the ``deltalake`` options of the logs read without a JVM
+        (:mod:`airflow_provider_fkjoin.credentials`), so no credential is written in the DAG.
+    :param spark_submit_kwargs: more SparkSubmitHook arguments (``executor_memory``, ``num_executors``...).
+    :param full_refresh: rebuild the output in full this run instead of applying its inputs' changes
+        (templated: a bool, or ``"{{ params.full_refresh }}"`` rendering to true/false).
     :param write_path: ``auto`` (default: the engine commits net changes where it can prove them right,
         else MERGE) or ``merge`` (always Delta's MERGE; an escape hatch, templated).
     :param spark_ui: start the Spark driver's web UI (off by default: it exposes the job's conf).
     :param noop_check: before starting Spark, read the Delta logs (no JVM) and finish at once with the
         ``noop`` result when no input moved since the last refresh (default on; templated).
-    :param storage_conn_id: an AWS, Google Cloud or Azure connection for object-store tables (templated):
-        the job's ``spark.hadoop.*`` settings and the ``deltalake`` options of the logs read without a JVM
-        (:mod:`airflow_provider_fkjoin.credentials`), so no credential is written in the DAG.
     :param openlineage_inject_parent_job_info: name this task as the parent job in the Spark application's
         own OpenLineage events (default ``[openlineage] spark_inject_parent_job_info``).
-    :param conn_id: the ``spark`` connection (spark-submit: local, standalone, YARN, Kubernetes) or a
-        ``spark_connect`` one (``sc://host:15002``: a long-lived Spark Connect server, no JVM per task).
     :param fast_driver_start: start a spark-submit driver on this machine (client mode) with the class
         archive of ``fkjoin jvm-archive`` and the client compiler only, after your own
         ``spark.driver.extraJavaOptions``; default ``[fkjoin] fast_driver_start`` (on). Nothing is added
         while no archive was built for this JVM and Spark (the task log says so).
+    :param freshness: how stale the output may get, ``{"warn_after": ..., "error_after": ...}`` (either
+        or both; a timedelta or pendulum duration, seconds, ``"30m"``, ``"2h"``, ``"1d"``): shown as a state
+        in the Joins view and its API, and the interval of
+        :func:`~airflow_provider_fkjoin.operators.freshness.freshness_deadline`.
+    :param max_active_tis_per_dag: BaseOperator's limit on this task's running instances across the DAG's
+        runs, here 1 unless given (or set in ``default_args``): two refreshes of one output never overlap.
+"""
+
+
+class _FkJoinOperator(BaseOperator):
+    """Shared machinery of the join operators; subclasses name the kind, fields and input sides.
+
+    A subclass lists ``template_fields`` as ``(*map(_attr, spec_fields), *COMMON_TEMPLATE_FIELDS)`` so the
+    arguments every operator takes (``full_refresh``, ``conf``...) are templated in all of them, and its
+    docstring gets :data:`SHARED_PARAMS` appended, so ``help()`` and IDEs show every argument.
     """
 
     kind: ClassVar[str] = ""
@@ -206,9 +245,14 @@ class _FkJoinOperator(BaseOperator):
     other_kinds: ClassVar[dict[str, tuple[str, ...]]] = {}
     #: Aliases of ``columns`` other than ``l`` and ``r`` (a stream-table join's ``s`` and ``t``).
     column_aliases: ClassVar[dict[str, str]] = {}
-    operator_extra_links = (SparkApplicationLink(), OutputTableLink())
+    operator_extra_links = (SparkApplicationLink(), OutputTableLink(), JoinRefreshLink())
     template_ext: Sequence[str] = ()
     ui_color = "#e8f0fe"
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.__doc__ and "Arguments every join operator takes" not in cls.__doc__:
+            cls.__doc__ = cls.__doc__.rstrip() + "\n" + SHARED_PARAMS
 
     def __init__(
         self,
@@ -233,8 +277,13 @@ class _FkJoinOperator(BaseOperator):
             "openlineage", "spark_inject_parent_job_info", fallback=False
         ),
         fast_driver_start: bool | None = None,
+        freshness: Mapping[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
+        if "max_active_tis_per_dag" not in kwargs and "max_active_tis_per_dag" not in (
+            kwargs.get("default_args") or {}
+        ):
+            kwargs["max_active_tis_per_dag"] = 1
         super().__init__(**kwargs)
         for name in self.spec_fields:
             setattr(self, _attr(name), spec_args.get(name))
@@ -255,6 +304,10 @@ class _FkJoinOperator(BaseOperator):
         self.noop_check = noop_check
         self.openlineage_inject_parent_job_info = openlineage_inject_parent_job_info
         self.fast_driver_start = fast_driver_start
+        try:
+            self.freshness = freshness_policy(freshness)
+        except ValueError as error:
+            raise FkJoinBadInputError(f"{self.task_id}: {error}") from error
         self._hook: FkJoinHook | None = None
         self._spec: dict[str, Any] | None = None
         self._result: dict[str, Any] | None = None
@@ -397,8 +450,9 @@ class _FkJoinOperator(BaseOperator):
         write_path = parse_write_path(self.write_path)
         self._spec = spec
         output = _table_path(spec.get("output"))
-        if output:
-            push_link(context, OUTPUT_TABLE_XCOM_KEY, table_browser_url(output))
+        ti = context["ti"]
+        push_link(context, OUTPUT_TABLE_XCOM_KEY, OutputTableLink().get_link(self, ti_key=ti))
+        push_link(context, JOIN_REFRESH_XCOM_KEY, JoinRefreshLink().get_link(self, ti_key=ti))
         origin = task_origin(context)
         spark_ui: list[str] = []
 
@@ -569,7 +623,6 @@ class ForeignKeyJoinOperator(_FkJoinOperator):
     :param how: ``inner`` or ``left``.
     :param columns: optional projection ``{output_column: Spark SQL over l and r}``.
     :param output: the output table's path (or ``{"path": ...}``).
-    :param spec_file: a YAML/JSON spec whose fields the arguments override.
 
     Example::
 

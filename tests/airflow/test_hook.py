@@ -102,6 +102,40 @@ def test_full_refresh_argv(spark_conn):
     ]  # fmt: skip
 
 
+def test_jars_and_packages_are_added_to_what_the_engine_needs(spark_conn):
+    """A SparkSubmitOperator habit (``jars="hadoop-aws.jar"``) keeps Delta's jars and the engine's jar:
+    the user's come after them, each jar once."""
+    spark_conn({"conn_type": "spark", "host": "local[2]"})
+    hook = FkJoinHook(
+        jars="/opt/hadoop/hadoop-aws.jar, /opt/delta/delta-spark.jar",
+        packages="com.example:extra:1.0",
+    )
+    assert hook.spark_submit_command(SPEC) == [
+        "spark-submit",
+        "--master", "local[2]",
+        "--conf", UI_OFF,
+        "--conf", REDACTION,
+        "--conf", f"spark.pyspark.driver.python={sys.executable}",
+        "--conf", f"spark.driver.extraJavaOptions={LOG4J}",
+        "--conf", f"spark.pyspark.python={sys.executable}",
+        "--jars", "/opt/delta/delta-spark.jar,/opt/delta/delta-storage.jar,/opt/fkjoin/fkjoin-engine.jar"
+                  ",/opt/hadoop/hadoop-aws.jar",
+        "--packages", "com.example:extra:1.0",
+        "--name", "fkjoin-foreign_key_join-orders_customers",
+        FKJOIN_JOB_FILE,
+        "run", "--spec-json", SPEC_JSON,
+    ]  # fmt: skip
+
+
+def test_packages_are_added_to_deltas_coordinate_without_local_jars(spark_conn, monkeypatch, tmp_path):
+    spark_conn({"conn_type": "spark", "host": "local[2]"})
+    monkeypatch.setenv("FKJOIN_DELTA_JARS", str(tmp_path))  # a folder without jars: Delta from Maven
+    hook = FkJoinHook(packages="org.apache.hadoop:hadoop-aws:3.4.1", jars="/x/a.jar")
+    argv = hook.spark_submit_command(SPEC)
+    assert argv[argv.index("--packages") + 1] == f"{DELTA_PACKAGE},org.apache.hadoop:hadoop-aws:3.4.1"
+    assert argv[argv.index("--jars") + 1] == "/opt/fkjoin/fkjoin-engine.jar,/x/a.jar"
+
+
 def test_spark_ui_on_request_and_user_redaction_wins(spark_conn):
     spark_conn({"conn_type": "spark", "host": "local[2]"})
     hook = FkJoinHook(spark_ui=True, conf={"spark.redaction.regex": "(?i)mine"})

@@ -15,8 +15,9 @@ from airflow.sdk import DAG, Asset, AssetAlias
 from airflow.sdk.execution_time.context import OutletEventAccessors
 from airflow_support import FakeStateStore, record_refresh, write_table
 
+from airflow_provider_fkjoin import operators
 from airflow_provider_fkjoin.hooks.fkjoin import FkJoinBadInputError, FkJoinHook
-from airflow_provider_fkjoin.links import OUTPUT_TABLE_XCOM_KEY, SPARK_UI_XCOM_KEY
+from airflow_provider_fkjoin.links import JOIN_REFRESH_XCOM_KEY, OUTPUT_TABLE_XCOM_KEY, SPARK_UI_XCOM_KEY
 from airflow_provider_fkjoin.operators import (
     ForeignKeyJoinOperator,
     GlobalTableBootstrapOperator,
@@ -172,7 +173,8 @@ def test_execute_returns_the_result_records_the_asset_event_and_pushes_links(sub
     ]
     assert ctx["task_state_store"].values == {REPORTED_VERSION_KEY: 7}
     assert ctx["ti"].pushed == {
-        OUTPUT_TABLE_XCOM_KEY: "file:///w/orders_customers",
+        OUTPUT_TABLE_XCOM_KEY: "/fkjoin/output?dag_id=orders&task_id=join",
+        JOIN_REFRESH_XCOM_KEY: "/fkjoin/refresh?dag_id=orders&run_id=manual__2025-01-01&task_id=join",
         SPARK_UI_XCOM_KEY: "http://driver:4040",
     }
 
@@ -363,9 +365,8 @@ def test_object_store_output_asset_and_link(submitted):
     assert op.outlets == [op.output_alias]
     ctx = context()
     op.execute(ctx)
-    assert ctx["ti"].pushed[OUTPUT_TABLE_XCOM_KEY] == (
-        "https://s3.console.aws.amazon.com/s3/buckets/lake?prefix=tables/orders_customers/"
-    )
+    assert ctx["ti"].pushed[OUTPUT_TABLE_XCOM_KEY] == "/fkjoin/output?dag_id=orders&task_id=join"
+    assert events(ctx, op)[0][0] == Asset(uri="s3://lake/tables/orders_customers")
 
 
 def test_lineage_tables():
@@ -884,3 +885,126 @@ def test_a_first_try_never_looks_for_an_earlier_commit(tmp_path: Path, submitted
                                        "map_index": -1, "try_number": 1})  # fmt: skip
     fk_operator(output=str(output)).execute(context())
     assert len(submitted) == 1
+
+
+# -- the interface a DAG author reads and relies on -------------------------------------------------------
+PUBLIC_OPERATORS = [getattr(operators, name) for name in operators.__all__]
+
+
+@pytest.mark.parametrize("operator", PUBLIC_OPERATORS, ids=lambda op: op.__name__)
+def test_every_argument_is_documented_with_a_param_line(operator: type[_FkJoinOperator]) -> None:
+    """``help(Operator)`` and IDE hovers show each argument: the operator's own and the shared ones."""
+    import inspect
+
+    def arguments(cls: type) -> set[str]:
+        parameters = inspect.signature(cls.__init__).parameters.values()
+        return {p.name for p in parameters if p.kind is p.KEYWORD_ONLY and p.name != "spec_args"}
+
+    names = arguments(operator) | arguments(_FkJoinOperator)
+    assert {"jars", "conf", "spec_file", "freshness", "full_refresh"} <= names  # the walk finds them
+    doc = inspect.getdoc(operator) or ""
+    missing = sorted(name for name in names if f":param {name}:" not in doc)
+    assert missing == [], f"{operator.__name__} has no :param: for {missing}"
+    assert ":param max_active_tis_per_dag:" in doc, "the changed BaseOperator default is documented"
+
+
+def test_join_operators_default_to_one_active_task_per_join() -> None:
+    """A second run's refresh waits for the first (the engine would refuse it), unless the DAG says
+    otherwise: by the argument or ``default_args``; the default survives serialization."""
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    with DAG("orders", schedule="@hourly", start_date=START) as dag:
+        default = fk_operator(task_id="default")
+        given = fk_operator(task_id="given", max_active_tis_per_dag=3)
+    with DAG("mapped", schedule=None, start_date=START, default_args={"max_active_tis_per_dag": 4}):
+        from_default_args = fk_operator(task_id="from_default_args")
+    assert (default.max_active_tis_per_dag, given.max_active_tis_per_dag) == (1, 3)
+    assert from_default_args.max_active_tis_per_dag == 4
+    served = DagSerialization.from_dict(DagSerialization.to_dict(dag))
+    assert served.get_task("default").max_active_tis_per_dag == 1
+    assert served.get_task("given").max_active_tis_per_dag == 3
+
+
+def test_a_yaml_output_string_is_taken_as_the_operator_takes_it(tmp_path: Path, submitted) -> None:
+    """``output: /w/x`` in a spec file is ``{path: /w/x}``, for the operator and for the engine alone."""
+    from airflow_provider_fkjoin.engine import load_spec
+
+    spec_file = tmp_path / "orders_customers.yaml"
+    spec_file.write_text(
+        "kind: foreign_key_join\n"
+        "left: {path: /w/orders, key: [order_id]}\n"
+        "right: {path: /w/customers, key: [customer_id]}\n"
+        "foreign_key: [customer_id]\n"
+        "how: left\n"
+        "output: /w/x/../orders_customers/\n"
+    )
+    assert load_spec(spec_file).output.path == "/w/orders_customers"
+    op = ForeignKeyJoinOperator(task_id="join", spec_file=str(spec_file))
+    op.execute(context())
+    assert submitted[0]["output"] == {"path": "/w/orders_customers"}
+    from_arguments = fk_operator(output="/w/orders_customers").build_spec()
+    assert load_spec(from_arguments) == load_spec(spec_file)
+
+
+def test_freshness_policy_is_read_from_durations_and_kept_through_serialization() -> None:
+    import pendulum
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    with DAG("orders", schedule="@hourly", start_date=START) as dag:
+        op = fk_operator(freshness={"warn_after": pendulum.duration(minutes=30), "error_after": "2h"})
+        fk_operator(task_id="plain")
+    assert op.freshness == {"warn_after": 1800.0, "error_after": 7200.0}
+    served = DagSerialization.from_dict(DagSerialization.to_dict(dag))
+    assert served.get_task("join").freshness == {"warn_after": 1800.0, "error_after": 7200.0}
+    assert served.get_task("plain").freshness is None
+
+
+@pytest.mark.parametrize(
+    ("freshness", "message"),
+    [
+        ({"warn_after": "soon"}, "freshness.warn_after: 'soon' is not a duration"),
+        ({"warn_after": "2h", "error_after": "1h"}, "warn_after must be shorter than error_after"),
+        ({"error": "1h"}, "unknown field 'error'"),
+        ({}, "give warn_after, error_after or both"),
+    ],
+)
+def test_a_bad_freshness_policy_fails_naming_the_field(freshness: dict[str, Any], message: str) -> None:
+    with pytest.raises(FkJoinBadInputError, match=message):
+        fk_operator(freshness=freshness)
+
+
+def test_freshness_states() -> None:
+    from airflow_provider_fkjoin.operators.freshness import freshness_state
+
+    policy = {"warn_after": 600.0, "error_after": 3600.0}
+    assert [freshness_state(lag, policy) for lag in (0.0, 599.0, 600.0, 3599.0, 3600.0, None)] == [
+        "ok", "ok", "warn", "warn", "error", "unknown",
+    ]  # fmt: skip
+    assert freshness_state(10_000.0, {"warn_after": 600.0}) == "warn"
+    assert freshness_state(10_000.0, None) is None
+
+
+async def alert(**kwargs: Any) -> None:
+    """A deadline callback (importable by path, as Airflow requires)."""
+
+
+def test_freshness_deadline_alerts_when_a_run_outlives_error_after() -> None:
+    """The DAG's Deadline Alert: a run must finish within ``error_after`` of being queued; it survives the
+    DAG's serialization (what the scheduler evaluates)."""
+    from airflow.sdk import AsyncCallback, DeadlineReference
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    from airflow_provider_fkjoin.operators.freshness import freshness_deadline
+
+    with DAG("orders", schedule="@hourly", start_date=START) as dag:
+        op = fk_operator(freshness={"warn_after": "30m", "error_after": "2h"})
+    dag.deadline = freshness_deadline(op, AsyncCallback(alert))
+    [deadline] = dag.deadline if isinstance(dag.deadline, list) else [dag.deadline]
+    assert deadline.interval == dt.timedelta(hours=2)
+    assert deadline.reference == DeadlineReference.DAGRUN_QUEUED_AT
+    warn = freshness_deadline(op, AsyncCallback(alert), level="warn_after")
+    assert warn.interval == dt.timedelta(minutes=30)
+    encoded = json.dumps(DagSerialization.to_dict(dag))
+    assert "deadline" in encoded and f"{__name__}.alert" in encoded
+    with pytest.raises(ValueError, match="has no freshness error_after"):
+        freshness_deadline(fk_operator(task_id="plain"), AsyncCallback(alert))

@@ -11,8 +11,11 @@ DAGs folder links the repo's ``dags/``; the asset test adds two DAGs written her
    expectation recomputed in pure Python from its inputs (``support/example_dags.py``). The KIP-99 run's
    sensor must have waited in the triggerer, and its asset event and extra links are read back;
 2. the Joins view, after an input moved without a refresh: the lag ``fkjoin status`` reports (a Spark
-   session of its own), the KIP-213 history as the two runs' XComs hold it, 401 for an anonymous request
-   and 403 for a hidden DAG, and what headless Chromium shows (screenshots go to ``test-artifacts/``);
+   session of its own), the KIP-213 history as the two runs' XComs hold it, the task's last instance, its
+   freshness state and asset, the lineage graph, the refresh tab on a task that is not a join, 401 for an
+   anonymous request and 403 for a hidden DAG, and what headless Chromium shows (screenshots go to
+   ``test-artifacts/``; the tables live under a short path, ``/tmp/fkjoin-demo/warehouse``, when no other
+   run holds it, so the screenshots in the docs are taken from here);
 3. with the example DAGs paused, the scheduler restarts with ``USE_JOB_SCHEDULE`` on (off until then, so
    that unpausing an @hourly DAG starts no run of its own; runs from asset events need it too). A producer
    refreshes a join three times (changes, none, changes), and its first run goes through spark-submit with
@@ -22,8 +25,11 @@ DAGs folder links the repo's ``dags/``; the asset test adds two DAGs written her
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -163,9 +169,29 @@ ASSET_DAGS = {
 }
 
 
+#: The tables' folder when this module can have it: a short path, for readable screenshots.
+READABLE_WAREHOUSE = Path("/tmp/fkjoin-demo/warehouse")
+
+
+@pytest.fixture(scope="module")
+def warehouse_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """:data:`READABLE_WAREHOUSE`, emptied, while no other run of this module holds it (a lock beside it);
+    else a folder in this run's tmp."""
+    READABLE_WAREHOUSE.parent.mkdir(parents=True, exist_ok=True)
+    with (READABLE_WAREHOUSE.parent / "lock").open("w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield tmp_path_factory.mktemp("warehouse")
+            return
+        shutil.rmtree(READABLE_WAREHOUSE, ignore_errors=True)
+        READABLE_WAREHOUSE.mkdir()
+        yield READABLE_WAREHOUSE
+
+
 @pytest.fixture(scope="module")
 def stack(
-    tmp_path_factory: pytest.TempPathFactory, spark_connect_server: SparkConnectServer
+    tmp_path_factory: pytest.TempPathFactory, spark_connect_server: SparkConnectServer, warehouse_dir: Path
 ) -> Iterator[AirflowStack]:
     """The four Airflow components on 127.0.0.1 with the example DAGs, logins, and ``spark_default`` on
     the warm Spark Connect server; the REST client logged in as ``admin``."""
@@ -182,6 +208,7 @@ def stack(
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin,viewer:viewer",
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),
         "FKJOIN_TEST_HIDDEN_DAG": HIDDEN_DAG,
+        "FKJOIN_WAREHOUSE": str(warehouse_dir),
         "PYTHONPATH": os.pathsep.join(p for p in (str(E2E), os.environ.get("PYTHONPATH", "")) if p),
         "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps(connect),
         f"AIRFLOW_CONN_{SPARK_SUBMIT_CONN.upper()}": json.dumps({"conn_type": "spark", "host": "local[1]"}),
@@ -195,7 +222,7 @@ def stack(
 
 
 def warehouse(stack: AirflowStack) -> Path:
-    return stack.home / "warehouse"
+    return Path((stack.service("scheduler").env or {})["FKJOIN_WAREHOUSE"])
 
 
 def run_path(dag_id: str, run_id: str) -> str:
@@ -330,8 +357,11 @@ def test_kip99_bootstrap_gate_and_enrich(stack: AirflowStack, first_round: First
     assert extra["rows"]["inserted"] == result["rows"]["inserted"] > 0
 
     links = stack.api("GET", f"{run_path(KIP99, run_id)}/taskInstances/{KIP99_JOIN}/links")["extra_links"]
-    assert set(links) >= {"Spark UI", "Output table"}, links
-    assert links["Output table"] and "orders_enriched" in links["Output table"], links
+    assert set(links) >= {"Spark UI", "Output table", "Join refresh"}, links
+    assert links["Output table"] == f"/fkjoin/output?dag_id={KIP99}&task_id={KIP99_JOIN}", links
+    assert links["Join refresh"] == (
+        f"/fkjoin/refresh?dag_id={KIP99}&run_id={quote(run_id, safe='')}&task_id={KIP99_JOIN}"
+    ), links
     # a Spark Connect client has no driver UI of its own: the link is there, empty (spark-submit's live
     # link is checked on the asset producer's first run below)
     assert not links["Spark UI"], links
@@ -468,6 +498,30 @@ def test_the_view_shows_each_output_with_its_lag_and_history(
         assert rows[key]["error"] is None and rows[key]["last_refresh"] is not None, rows[key]
         assert rows[key]["last_refresh"]["origin"]["dag_id"] == key[0], rows[key]
         assert all(info["lag_versions"] >= 0 for info in rows[key]["inputs"].values()), rows[key]
+        assert rows[key]["last_task"]["state"] == "success", rows[key]
+    # the task's last instance is the second run's; the policy the example DAG declares (2 h / 6 h) and the
+    # state it gives a lag of seconds; the asset its events went to
+    assert row["last_task"]["run_id"] == runs[1], row
+    assert row["freshness_policy"] == {"warn_after": 7200.0, "error_after": 21600.0}, row
+    assert row["freshness_state"] == "ok" and row["lag_versions"] > 0, row
+    assert row["asset_uri"] == table_uri(row["output"]) and isinstance(row["asset_id"], int), row
+    assets = stack.api("GET", f"/assets?uri_pattern={quote(row['output'], safe='')}")["assets"]
+    assert row["asset_id"] in {a["id"] for a in assets if a["uri"] == row["asset_uri"]}, assets
+    assert rows[(MULTIWAY, "business_reviews")]["freshness_state"] is None, "no policy: no state"
+    assert listing["timezone"] == "UTC"
+
+    # The lineage: the KIP-99 bootstrap feeds its enrichment; the KIP-213 join reads two tables.
+    code, graph = _get(stack, "/fkjoin/api/lineage", admin)
+    assert code == 200, graph
+    edges = {(e["source"], e["target"]) for e in graph["edges"]}
+    assert (f"{KIP99}.bootstrap_products", f"{KIP99}.{KIP99_JOIN}") in edges, edges
+    into_kip213 = {source for source, target in edges if target == f"{KIP213}.{KIP213_JOIN}"}
+    assert into_kip213 == {table_uri(str(warehouse(stack) / t)) for t in ("orders", "customers")}
+
+    # The refresh tab on a task that is not a join says so, as a 200 the page shows.
+    query = f"dag_id={KIP213}&run_id={quote(runs[1], safe='')}&task_id=seed"
+    code, seed = _get(stack, f"/fkjoin/api/refresh?{query}", admin)
+    assert code == 200 and seed["join"] is False and "not a join task" in seed["message"], seed
 
     # The history: both runs, newest first, as their XComs report them, each naming its run.
     code, history = _get(stack, f"/fkjoin/api/outputs/{KIP213}/{KIP213_JOIN}", admin)
@@ -496,12 +550,13 @@ def test_the_view_shows_each_output_with_its_lag_and_history(
     code, body = _get(stack, f"/fkjoin/api/outputs/{HIDDEN_DAG}/{KIP99_JOIN}", viewer)
     assert code == 403, body
 
-    _in_the_browser(stack, row, refreshes)
+    _in_the_browser(stack, row, refreshes, runs[1])
 
 
-def _in_the_browser(stack: AirflowStack, row: dict[str, Any], refreshes: list[Any]) -> None:
-    """Log in through Airflow's login page; screenshot the KIP-99 DAG's grid, then open the Joins view and
-    an output's history and screenshot both."""
+def _in_the_browser(stack: AirflowStack, row: dict[str, Any], refreshes: list[Any], last_run: str) -> None:
+    """Log in through Airflow's login page; screenshot the KIP-99 DAG's grid, then open the Joins view (in
+    the timezone chosen in Airflow's UI), sort it, follow an output to its history, open the refresh tab of
+    a task that is not a join, and screenshot the list, the lineage graph and the history."""
     from playwright.sync_api import sync_playwright
 
     if not CHROMIUM.exists():
@@ -528,22 +583,55 @@ def _in_the_browser(stack: AirflowStack, row: dict[str, Any], refreshes: list[An
             page.wait_for_load_state("networkidle", timeout=60_000)
             page.screenshot(path=str(grid))
 
+            # the timezone a user picks in Airflow's UI (its local storage, this origin's)
+            page.evaluate("window.localStorage.setItem('timezone', JSON.stringify('Asia/Tokyo'))")
             page.goto(f"{stack.base_url}/fkjoin/joins")
             cells = page.locator(f'tr[data-dag="{KIP213}"][data-task="{KIP213_JOIN}"]')
             cells.wait_for(timeout=60_000)
             text = cells.inner_text()
-            assert row["output"] in text, text
+            assert row["output"] in text and "orders_customers" in text, text
             assert f"{stale['consumed_version']} of {stale['latest_version']}" in text, text
             assert f"({stale['lag_versions']} behind" in text, text
-            listed = page.locator("tbody tr").count()
+            assert re.search(r"\d+(\.\d+)? (s|min|h|d) behind", text), text  # the lag in time
+            assert cells.locator(".badge.state-ok").count() == 1, text  # the state its policy gives it
+            assert "success" in text and "latest run" in text, text
+            assert "GMT+9" in text, text  # the last refresh, in Asia/Tokyo
+            assert "times in Asia/Tokyo" in page.locator("#summary").inner_text()
+            hrefs = cells.locator("a").evaluate_all("links => links.map(a => a.getAttribute('href'))")
+            ti_href = f"/dags/{KIP213}/runs/{quote(last_run, safe='')}/tasks/{KIP213_JOIN}"
+            assert {f"/dags/{KIP213}", f"/dags/{KIP213}/tasks/{KIP213_JOIN}", ti_href} <= set(hrefs), hrefs
+            assert f"/assets/{row['asset_id']}" in hrefs, hrefs
+            listed = page.locator("#outputs tbody tr").count()
             assert listed >= sum(len(tasks) for tasks in EXAMPLE_JOINS.values()), listed
             assert page.locator("td.unreadable").count() == 0, page.locator("td.unreadable").all_inner_texts()
 
-            page.click(f'tr[data-dag="{KIP213}"][data-task="{KIP213_JOIN}"] a')
+            # sorting by output: descending, then ascending, by table name
+            def names() -> list[str]:
+                return page.locator("#outputs tbody tr a.output").all_inner_texts()
+
+            page.click('th[data-column="output"]')
+            assert names() == sorted(names(), key=str.lower, reverse=True), names()
+            page.click('th[data-column="output"]')
+            assert names() == sorted(names(), key=str.lower), names()
+
+            # the lineage graph: a box per join, an arrow from the bootstrap to the enrichment
+            graph = page.locator("#lineage-graph")
+            assert graph.locator("g.node.join").count() == listed
+            edge = f'path.edge[data-source="{KIP99}.bootstrap_products"][data-target="{KIP99}.{KIP99_JOIN}"]'
+            assert graph.locator(edge).count() == 1
+            graph.screenshot(path=str(ARTIFACTS / "joins-view-lineage.png"))
+
+            page.click(f'tr[data-dag="{KIP213}"][data-task="{KIP213_JOIN}"] a.output')
             page.locator("#content table tbody tr").nth(len(refreshes) - 1).wait_for(timeout=60_000)
             assert page.locator("#content h2").nth(1).inner_text() == f"Last {len(refreshes)} refreshes"
             assert page.locator("#chart .uplot canvas").count() >= 1, "the history chart is drawn"
             page.screenshot(path=str(ARTIFACTS / "joins-view-output.png"), full_page=True)
+
+            # the refresh tab on a task that is not a join: a sentence, not an error
+            query = f"dag_id={KIP213}&run_id={quote(last_run, safe='')}&task_id=seed"
+            page.goto(f"{stack.base_url}/fkjoin/refresh?{query}")
+            page.wait_for_function("document.body.innerText.includes('not a join task')", timeout=60_000)
+            assert page.locator(".unreadable").count() == 0
 
             page.goto(f"{stack.base_url}/plugin/fkjoin-joins")
             frame = page.frame_locator("iframe").first
@@ -553,7 +641,8 @@ def _in_the_browser(stack: AirflowStack, row: dict[str, Any], refreshes: list[An
             browser.close()
     assert grid.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert grid.stat().st_size > 20_000, "the grid screenshot looks empty"
-    assert (ARTIFACTS / "joins-view.png").stat().st_size > 20_000, "the screenshot looks empty"
+    for name in ("joins-view.png", "joins-view-output.png", "joins-view-lineage.png"):
+        assert (ARTIFACTS / name).stat().st_size > 10_000, f"the screenshot {name} looks empty"
 
 
 # -- 3. an asset-scheduled DAG -------------------------------------------------------------------------
@@ -585,7 +674,7 @@ def test_an_asset_scheduled_dag_runs_only_when_the_join_changed_its_output(stack
     # spark-submit with the driver UI on: the join shows its Spark UI (and the output table) as extra links
     links = stack.api("GET", f"{run_path(PRODUCER, first)}/taskInstances/join/links")["extra_links"]
     assert set(links) >= {"Spark UI", "Output table"}, links
-    assert links["Output table"] and "orders_customers" in links["Output table"], links
+    assert links["Output table"] == f"/fkjoin/output?dag_id={PRODUCER}&task_id=join", links
     assert links["Spark UI"], links
     [run] = consumer_runs(stack, 1)
     assert (run["state"], run["run_type"]) == ("success", "asset_triggered"), run

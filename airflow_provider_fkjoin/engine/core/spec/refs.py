@@ -121,6 +121,12 @@ class TableRef(_Strict):
         examples=["sales.orders"],
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _a_path_alone(cls, value: Any) -> Any:
+        """A table given as its path alone (``output: /w/x``) is ``{path: /w/x}``, as operators take it."""
+        return {"path": value} if isinstance(value, str) else value
+
     @field_validator("path")
     @classmethod
     def _path_ok(cls, value: str | None) -> str | None:
