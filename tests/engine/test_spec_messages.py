@@ -101,9 +101,9 @@ BAD_SPECS: list[tuple[str, dict[str, Any], str]] = [
         "foreign key matches no right row",
     ),
     (
-        "a table given as a string",
-        with_(FK, output="/w/x"),
-        "invalid spec: output: expected a mapping, got '/w/x'. The output Delta table, created by the "
+        "a table given as a number",
+        with_(FK, output=5),
+        "invalid spec: output: expected a mapping, got 5. The output Delta table, created by the "
         "first refresh and owned by one spec from then on. Example: {path: '/warehouse/orders_enriched'}",
     ),
     (

@@ -254,7 +254,7 @@ BASE = SAMPLES["foreign_key_join"]
     "spec",
     [
         {**BASE, "how": "lft"},
-        {**BASE, "output": "/w/x"},
+        {**BASE, "output": 5},
         {**BASE, "colums": {"a": "l.a"}},
         {**BASE, "left": {"path": "/w/orders", "key": "order_id"}},
         {**BASE, "left": {"path": "/w/orders", "key": []}},
@@ -331,3 +331,10 @@ def test_the_docs_build_refuses_a_stale_schema(
     monkeypatch.setattr(hook, "SCHEMA", stale)
     with pytest.raises(PluginError, match="is not the models' schema; run python -m"):
         hook.check_schema_file()
+
+
+def test_a_table_given_as_its_path_alone_is_valid_for_both() -> None:
+    """``output: /w/x`` is accepted by the engine (as the operators accept it) and by the schema."""
+    spec = {**BASE, "output": "/w/x"}
+    assert load_spec(spec).output.path == "/w/x"
+    jsonschema.validate(spec, spec_json_schema())

@@ -21,6 +21,7 @@ from typing import Any
 from pydantic import BaseModel, TypeAdapter
 
 from .loading import AnySpec, Spec
+from .refs import TableRef
 
 SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 
@@ -85,6 +86,9 @@ def spec_json_schema() -> dict[str, Any]:
                 required.append(shown)
         if required:
             definition["required"] = required
+        elif issubclass(model, TableRef):
+            # a table needing nothing but its location may be given as its path alone (output: /w/x)
+            definitions[name] = {"anyOf": [{"type": "string", "description": "the table's path"}, definition]}
     return {
         "$schema": SCHEMA_DIALECT,
         "title": "airflow-provider-fkjoin spec",
