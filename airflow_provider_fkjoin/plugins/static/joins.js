@@ -327,6 +327,8 @@ function historyChart(refreshes) {
     title: "Refreshes: duration and rows changed (full rebuilds marked)",
     width: Math.min(1100, document.body.clientWidth - 32),
     height: 260,
+    // the time axis in the page's timezone, as the tables are
+    tzDate: (ts) => (timeZone ? uPlot.tzDate(new Date(ts * 1e3), timeZone) : new Date(ts * 1e3)),
     scales: { rows: {} },
     series: [
       {},
