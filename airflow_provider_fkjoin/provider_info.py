@@ -95,6 +95,7 @@ def get_provider_info() -> dict[str, Any]:
         "extra-links": [
             "airflow_provider_fkjoin.links.SparkApplicationLink",
             "airflow_provider_fkjoin.links.OutputTableLink",
+            "airflow_provider_fkjoin.links.JoinRefreshLink",
         ],
         "config": CONFIG,
     }
