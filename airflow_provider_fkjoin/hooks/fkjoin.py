@@ -379,16 +379,18 @@ class FkJoinHook(BaseHook):
                 "for local Spark; host spark://HOST:7077, yarn or k8s://https://HOST for a cluster)."
             ) from error
 
-    def _delta_jars(self, deploy_mode: str) -> tuple[str | None, str | None]:
+    def _delta_jars(
+        self, deploy_mode: str, conf: Mapping[str, str] | None = None
+    ) -> tuple[str | None, str | None]:
         """``--jars`` and ``--packages``: the operator's own, else Delta's local jars (or its Maven
-        coordinate) and, when the driver runs here (client mode), the engine's jar, without which the
-        refresh writes through MERGE. A cluster-mode driver runs elsewhere: a local path means nothing
-        there, so it gets no engine jar from here."""
+        coordinate), the S3A connector's when ``conf`` configures S3A, and, when the driver runs here
+        (client mode), the engine's jar, without which the refresh writes through MERGE. A cluster-mode
+        driver runs elsewhere: a local path means nothing there, so it gets no engine jar from here."""
         if self.jars:
             return self.jars, None
         if self.packages:
             return None, self.packages
-        jars = ",".join(local_jars(with_engine=deploy_mode != "cluster"))
+        jars = ",".join(local_jars(with_engine=deploy_mode != "cluster", conf=conf))
         return jars or None, None if delta_jars() else DELTA_PACKAGE
 
     def _deploy_mode(self, connection: Any) -> str:
@@ -482,13 +484,13 @@ class FkJoinHook(BaseHook):
         deploy_mode = self._deploy_mode(connection)
         self.check_blocking(master, deploy_mode)
         is_cluster_manager = master.startswith(("yarn", "k8s://"))
-        jars, packages = self._delta_jars(deploy_mode)
+        conf = self._spark_conf(master, deploy_mode)
+        jars, packages = self._delta_jars(deploy_mode, conf)
         kind = str(spec.get("kind", "join"))
         name = f"fkjoin-{kind}"
         location = output_location(spec)
         if location:
             name += "-" + (location.rstrip("/").rsplit("/", 1)[-1] or "output")
-        conf = self._spark_conf(master, deploy_mode)
         for key, value in [*conf.items(), *self.env_vars.items()]:
             if secret_values([(key, value)]):
                 mask_secret(value, key)
