@@ -156,9 +156,6 @@ def start_server(folder: Path, env: dict[str, str] | None = None, timeout_s: flo
     return S3Server(process, endpoint, log)
 
 
-def driver_env(s3: S3Server) -> dict[str, str]:
-    """The environment of an engine driver in a child process (``fkjoin run``) on this server."""
-    import json
-
-    conf = json.loads(os.environ.get("FKJOIN_SPARK_CONF", "{}") or "{}")
-    return {"FKJOIN_SPARK_CONF": json.dumps({**conf, **s3.spark_conf()})}
+def driver_env(server: S3Server) -> dict[str, str]:
+    """What a child ``fkjoin run`` needs beside the suite's driver settings: this server's S3A settings."""
+    return {"FKJOIN_SPARK_CONF": ",".join(f"{key}={value}" for key, value in server.spark_conf().items())}
