@@ -10,7 +10,7 @@ from collections import Counter
 
 from delta.tables import DeltaTable
 from helpers import CUSTOMERS, ORDERS, oracle, output_state, write
-from support.s3 import Request, S3Server
+from support.s3 import Request, S3Server, orders_join
 
 from airflow_provider_fkjoin.engine import run_spec
 
@@ -33,14 +33,7 @@ def test_requests_of_an_incremental_refresh_are_bounded(s3: S3Server, s3_spark) 
     root = s3.url("costs")
     write(spark, [(i, i % 5, float(i)) for i in range(50)], ORDERS, root / "orders")
     write(spark, [(i, f"c{i}") for i in range(5)], CUSTOMERS, root / "customers")
-    spec = {
-        "kind": "foreign_key_join",
-        "left": {"path": root / "orders", "key": ["order_id"]},
-        "right": {"path": root / "customers", "key": ["customer_id"]},
-        "foreign_key": ["customer_id"],
-        "how": "left",
-        "output": {"path": root / "out"},
-    }
+    spec = orders_join(root)
     run_spec(spec, spark=spark)
     DeltaTable.forPath(spark, str(root / "orders")).update("order_id = 7", {"amount": "70.0"})
     mark = s3.mark()

@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 from delta.tables import DeltaTable
-from helpers import CUSTOMERS, ORDERS, oracle, output_state, table_version, write
+from helpers import CUSTOMERS, ORDERS, delete_keys, oracle, output_state, table_version, upsert, write
 from support.crash import PHASE_ORDER, fkjoin_command, run_fkjoin, with_env
-from support.s3 import S3Server, Url, driver_env
+from support.s3 import S3Server, Url, driver_env, orders_join
 from support.tables import forget_cached_logs
 
 from airflow_provider_fkjoin.engine import run_spec
@@ -38,18 +38,13 @@ def make_world(spark, s3: S3Server, name: str, *, refreshed: bool = True) -> tup
     root = s3.url(f"crash/{name}")
     write(spark, ORDER_ROWS, ORDERS, root / "orders")
     write(spark, CUSTOMER_ROWS, CUSTOMERS, root / "customers")
-    spec = {
-        "kind": "foreign_key_join",
-        "left": {"path": root / "orders", "key": ["order_id"]},
-        "right": {"path": root / "customers", "key": ["customer_id"]},
-        "foreign_key": ["customer_id"],
-        "how": "left",
-        "output": {"path": root / "out"},
-    }
+    spec = orders_join(root)
     version = run_spec(spec, spark=spark)["output"]["version"] if refreshed else -1
-    write(spark, [(2, 10, 2.5), (5, 20, 5.0)], ORDERS, root / "orders", mode="append", cdf=False)
-    DeltaTable.forPath(spark, str(root / "orders")).delete("order_id = 1 OR (order_id = 2 AND amount = 2.0)")
-    write(spark, [(30, "cy")], CUSTOMERS, root / "customers", mode="append", cdf=False)
+    orders_key, customers_key = ["order_id"], ["customer_id"]
+    upsert(spark, root / "orders", [{"order_id": 2, "customer_id": 10, "amount": 2.5}], orders_key)
+    upsert(spark, root / "orders", [{"order_id": 5, "customer_id": 20, "amount": 5.0}], orders_key)
+    delete_keys(spark, root / "orders", [1], orders_key)
+    upsert(spark, root / "customers", [{"customer_id": 30, "name": "cy"}], customers_key)
     return spec, version
 
 
@@ -94,24 +89,56 @@ def test_kill_at_each_phase_then_rerun(s3: S3Server, s3_spark, tmp_path: Path, p
     assert_exact(spark, spec, result, base_version)
 
 
-@pytest.mark.parametrize("leftovers", ["data files", "data files and an empty log"])
-def test_what_a_killed_create_leaves_does_not_block_the_rerun(s3: S3Server, s3_spark, leftovers: str) -> None:
-    """On an object store a create killed midway leaves ``part-*`` files and perhaps a ``_delta_log/``
-    marker: no folder is ever created by itself, so the check cannot ask for one."""
+def test_a_killed_first_create_then_rerun(s3: S3Server, s3_spark, tmp_path: Path) -> None:
+    """A first refresh killed as it starts writing leaves no output, or a complete one; the rerun
+    builds it (or finds nothing to do)."""
     spark = s3_spark
-    spec, _ = make_world(spark, s3, f"leftovers-{leftovers.replace(' ', '-')}", refreshed=False)
+    spec, _ = make_world(spark, s3, "killed-create", refreshed=False)
     out = spec["output"]["path"]
-    spark.createDataFrame([(7, 10, 1.0, "stray")], ORDERS + ", name string").coalesce(1).write.mode(
-        "append"
-    ).parquet(out)
-    if leftovers.endswith("log"):
-        jvm = spark.sparkContext._jvm
-        log = jvm.org.apache.hadoop.fs.Path(out + "/_delta_log")
-        log.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()).mkdirs(log)
+    run = run_fkjoin(spec_file(spec, tmp_path), tmp_path, kill_at="merge_started", env=driver_env(s3))
+    assert run.killed_at == "merge_started", f"saw {run.phases}; stderr:\n" + "\n".join(run.stderr_tail)
+    forget_cached_logs(spark)
+    result = run_spec(spec, spark=spark)
+    assert result["mode"] in ("full", "noop"), result
+    assert output_state(spark, out) == oracle(spark, result, "left")
+    assert refresh_commits(spark, out, -1) == 1
+
+
+def _stray_part_file(spark, out: Url) -> None:
+    frame = spark.createDataFrame([(7, 10, 1.0, "stray")], ORDERS + ", name string").coalesce(1)
+    frame.write.mode("append").option("compression", "snappy").parquet(out)
+    jvm = spark.sparkContext._jvm
+    success = jvm.org.apache.hadoop.fs.Path(out + "/_SUCCESS")
+    success.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()).delete(success, False)
+
+
+def test_a_killed_creates_files_beside_an_empty_log_do_not_block_the_rerun(s3: S3Server, s3_spark) -> None:
+    """What a create killed between writing its data files and its first commit leaves: ``part-*`` files
+    and a ``_delta_log/`` with no commit (on an object store, a folder is an empty marker object)."""
+    spark = s3_spark
+    spec, _ = make_world(spark, s3, "leftovers-with-log", refreshed=False)
+    out = spec["output"]["path"]
+    _stray_part_file(spark, out)
+    log = spark.sparkContext._jvm.org.apache.hadoop.fs.Path(out + "/_delta_log")
+    log.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()).mkdirs(log)
     result = run_spec(spec, spark=spark)
     assert result["mode"] == "full" and result["output"]["version"] == 0, result
     assert output_state(spark, out) == oracle(spark, result, "left")
     assert run_spec(spec, spark=spark)["mode"] == "noop"
+
+
+def test_data_files_without_a_log_are_someone_elses(s3: S3Server, s3_spark) -> None:
+    """``part-*`` files and no ``_delta_log`` at all look like a Parquet dataset: refused, as on a local
+    disk, and left as they are."""
+    from airflow_provider_fkjoin.engine import SpecError
+
+    spark = s3_spark
+    spec, _ = make_world(spark, s3, "parquet-dataset", refreshed=False)
+    out = spec["output"]["path"]
+    _stray_part_file(spark, out)
+    with pytest.raises(SpecError, match="holds files"):
+        run_spec(spec, spark=spark)
+    assert spark.read.parquet(out).count() == 1
 
 
 def _start(spec_path: Path, env: dict[str, str]) -> subprocess.Popen:

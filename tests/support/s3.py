@@ -23,6 +23,7 @@ import urllib.request
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 ACCESS_KEY, SECRET_KEY, REGION = "fkjoin-test-key", "fkjoin-test-secret", "us-east-1"
 _REQUEST = re.compile(r'"(?P<method>[A-Z]+) (?P<target>\S+) HTTP/[0-9.]+" (?P<status>\d{3})')
@@ -159,3 +160,16 @@ def start_server(folder: Path, env: dict[str, str] | None = None, timeout_s: flo
 def driver_env(server: S3Server) -> dict[str, str]:
     """What a child ``fkjoin run`` needs beside the suite's driver settings: this server's S3A settings."""
     return {"FKJOIN_SPARK_CONF": ",".join(f"{key}={value}" for key, value in server.spark_conf().items())}
+
+
+def orders_join(root: Url) -> dict[str, Any]:
+    """The left FK join of ``root``'s orders and customers (``helpers.ORDERS``, ``helpers.CUSTOMERS``) into
+    ``root/out``: what ``helpers.oracle`` recomputes."""
+    return {
+        "kind": "foreign_key_join",
+        "left": {"path": root / "orders", "key": ["order_id"]},
+        "right": {"path": root / "customers", "key": ["customer_id"]},
+        "foreign_key": ["customer_id"],
+        "how": "left",
+        "output": {"path": root / "out"},
+    }
