@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Set up a development environment in the repo: .venv with the pinned packages (constraints.txt), the
 # package installed editable, Delta's jars fetched from Maven Central into .jars/ (once; later runs are
-# offline), the engine's JVM side (jvm/) compiled into its jar, and a class archive that starts Spark
-# drivers faster (fkjoin jvm-archive). Re-running is fast: each step is skipped when its inputs have not
-# changed.
+# offline), Hadoop's S3A connector into .jars/s3a/, the engine's JVM side (jvm/) compiled into its jar,
+# and a class archive that starts Spark drivers faster (fkjoin jvm-archive). Re-running is fast: each step
+# is skipped when its inputs have not changed.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -35,6 +35,24 @@ if [ "$(cat "$jars_stamp" 2>/dev/null)" != "$jars_want" ]; then
     -DincludeGroupIds=io.delta,io.unitycatalog,com.fasterxml.jackson.datatype \
     -DoutputDirectory="$root/.jars" >&2
   echo "$jars_want" > "$jars_stamp"
+fi
+
+# Hadoop's S3A connector and the AWS SDK modules it needs, in .jars/s3a/ (drivers load them when there:
+# s3a:// tables), then Delta's DynamoDB log store for multi-cluster writers when the repository has it.
+s3a_stamp=".jars/s3a/.stamp"
+s3a_want="$(cat scripts/s3a-jars.pom.xml scripts/s3-dynamodb-logstore.pom.xml | sha256sum | cut -d' ' -f1)"
+if [ "$(cat "$s3a_stamp" 2>/dev/null)" != "$s3a_want" ]; then
+  echo "setup: fetching the S3A connector and its AWS SDK modules from Maven Central into .jars/s3a/" >&2
+  rm -rf .jars/s3a
+  mvn -B -q -f scripts/s3a-jars.pom.xml dependency:copy-dependencies \
+    -DincludeScope=runtime \
+    -DincludeGroupIds=org.apache.hadoop,software.amazon.awssdk,software.amazon.s3.analyticsaccelerator,software.amazon.eventstream,org.reactivestreams \
+    -DexcludeArtifactIds=netty-nio-client \
+    -DoutputDirectory="$root/.jars/s3a" >&2
+  mvn -B -q -f scripts/s3-dynamodb-logstore.pom.xml dependency:copy-dependencies \
+    -DoutputDirectory="$root/.jars/s3a" >/dev/null 2>&1 \
+    || echo "setup: Delta's DynamoDB log store (io.delta:delta-storage-s3-dynamodb) is not in the Maven repository: multi-cluster S3 writes are not set up (docs/storage/s3.md)" >&2
+  echo "$s3a_want" > "$s3a_stamp"
 fi
 
 PYTHON="$root/.venv/bin/python" "$root/scripts/build-engine-jar.sh"   # the engine's JVM side, compiled against those jars

@@ -26,6 +26,7 @@ BENCHMARKS = [
     "global_table",
     "joins_view",
     "multiway",
+    "object_store",
     "self_join",
     "windowed",
     "windowed_table",

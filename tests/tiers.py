@@ -1,7 +1,8 @@
 """The test tiers, derived from measurement: the one table ``tests/conftest.py`` marks tests from.
 
 * ``e2e``: every test under ``tests/e2e/`` (real servers: Airflow, Spark Connect, a standalone cluster).
-* ``slow``: the tests whose own cost, as the committed table ``tests/durations.json`` measured it (a full
+* ``slow``: every test under ``tests/objectstore/`` but the few that start no JVM; the tests whose own
+  cost, as the committed table ``tests/durations.json`` measured it (a full
   ``./scripts/test.sh --all``; see ``support/durations.py``), is at least :data:`slow_seconds`, chosen as the
   lowest bound that keeps the fast tier's measured work within :data:`FAST_TIER_BUDGET_S`; and any test that
   declares ``@pytest.mark.slow``.
@@ -22,6 +23,12 @@ from support.durations import load_table, own_seconds
 
 #: Real servers: Airflow's api-server, scheduler and triggerer; a Spark Connect server; a standalone cluster.
 E2E_PATHS = ("e2e/",)
+#: Every join on an S3-protocol server (a moto server the fixtures start): slow, whatever each test costs,
+#: except the listed tests that need no JVM.
+SLOW_PATHS = ("objectstore/",)
+QUICK_IN_SLOW_PATHS = frozenset(
+    {"test_the_environment_alone_is_refused", "test_sensor_trigger_and_view_read_with_the_connections_key"}
+)
 #: The fast tier's measured work, in seconds of one worker: about 7 minutes of wall time on two workers
 #: once set-up is counted, under the 10 the README promises for ``./scripts/test.sh``.
 FAST_TIER_BUDGET_S = 12 * 60.0
@@ -97,5 +104,7 @@ def tier_of(path: str, name: str) -> str | None:
     if path.startswith(E2E_PATHS):
         return "e2e"
     if name in SLOW_TESTS.get(path, ()):
+        return "slow"
+    if path.startswith(SLOW_PATHS) and name not in QUICK_IN_SLOW_PATHS:
         return "slow"
     return None

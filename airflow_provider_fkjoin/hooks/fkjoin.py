@@ -392,19 +392,22 @@ class FkJoinHook(BaseHook):
                 "for local Spark; host spark://HOST:7077, yarn or k8s://https://HOST for a cluster)."
             ) from error
 
-    def _delta_jars(self, deploy_mode: str) -> tuple[str | None, str | None]:
-        """``--jars`` and ``--packages``: Delta's local jars (or its Maven coordinate) and, when the
-        driver runs here (client mode), the engine's jar, without which the refresh writes through MERGE;
-        then the operator's own ``jars`` and ``packages``, added and never instead (a SparkSubmitOperator
-        habit such as ``jars="/opt/hadoop-aws.jar"`` must not lose Delta). A cluster-mode driver runs
-        elsewhere: a local path means nothing there, so it gets no engine jar from here.
+    def _delta_jars(
+        self, deploy_mode: str, conf: Mapping[str, str] | None = None
+    ) -> tuple[str | None, str | None]:
+        """``--jars`` and ``--packages``: Delta's local jars (or its Maven coordinate), the S3A connector's
+        when ``conf`` configures S3A and, when the driver runs here (client mode), the engine's jar, without
+        which the refresh writes through MERGE; then the operator's own ``jars`` and ``packages``, added and
+        never instead (a SparkSubmitOperator habit such as ``jars="/opt/hadoop-aws.jar"`` must not lose
+        Delta). A cluster-mode driver runs elsewhere: a local path means nothing there, so it gets no
+        engine jar from here.
 
         With ``FKJOIN_DELTA_JARS=/opt/delta/delta-spark.jar`` and the engine's jar built::
 
             FkJoinHook(jars="/opt/hadoop-aws.jar")._delta_jars("client")
             # ('/opt/delta/delta-spark.jar,/opt/fkjoin/fkjoin-engine.jar,/opt/hadoop-aws.jar', None)
         """
-        jars = _joined(local_jars(with_engine=deploy_mode != "cluster"), self.jars)
+        jars = _joined(local_jars(with_engine=deploy_mode != "cluster", conf=conf), self.jars)
         packages = _joined([] if delta_jars() else [DELTA_PACKAGE], self.packages)
         return jars, packages
 
@@ -499,13 +502,13 @@ class FkJoinHook(BaseHook):
         deploy_mode = self._deploy_mode(connection)
         self.check_blocking(master, deploy_mode)
         is_cluster_manager = master.startswith(("yarn", "k8s://"))
-        jars, packages = self._delta_jars(deploy_mode)
+        conf = self._spark_conf(master, deploy_mode)
+        jars, packages = self._delta_jars(deploy_mode, conf)
         kind = str(spec.get("kind", "join"))
         name = f"fkjoin-{kind}"
         location = output_location(spec)
         if location:
             name += "-" + (location.rstrip("/").rsplit("/", 1)[-1] or "output")
-        conf = self._spark_conf(master, deploy_mode)
         for key, value in [*conf.items(), *self.env_vars.items()]:
             if secret_values([(key, value)]):
                 mask_secret(value, key)

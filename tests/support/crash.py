@@ -21,6 +21,7 @@ import shutil
 import signal
 import subprocess
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -76,6 +77,14 @@ def subprocess_env() -> dict[str, str]:
     return env
 
 
+def with_env(extra: Mapping[str, str] | None) -> dict[str, str]:
+    """:func:`subprocess_env` plus ``extra``; its ``FKJOIN_SPARK_CONF`` (``key=value`` pairs) is appended."""
+    env = subprocess_env()
+    for key, value in (extra or {}).items():
+        env[key] = f"{env[key]},{value}" if key == "FKJOIN_SPARK_CONF" and env.get(key) else value
+    return env
+
+
 @dataclass
 class Run:
     """What one ``fkjoin run`` subprocess did."""
@@ -94,8 +103,11 @@ class Run:
         return "merge_started" in self.after_kill
 
 
-def run_fkjoin(spec_path: Path, workdir: Path, kill_at: str | None = None) -> Run:
-    """Run ``fkjoin run spec_path``; with ``kill_at``, SIGKILL its process group on that phase line."""
+def run_fkjoin(
+    spec_path: Path, workdir: Path, kill_at: str | None = None, env: Mapping[str, str] | None = None
+) -> Run:
+    """Run ``fkjoin run spec_path``; with ``kill_at``, SIGKILL its process group on that phase line.
+    ``env`` adds to :func:`subprocess_env` (its ``FKJOIN_SPARK_CONF`` is appended to the default one)."""
     stdout_path = workdir / f"stdout-{kill_at or 'full'}.txt"
     phases: list[str] = []
     tail: list[str] = []
@@ -106,7 +118,7 @@ def run_fkjoin(spec_path: Path, workdir: Path, kill_at: str | None = None) -> Ru
             fkjoin_command("run", str(spec_path)),
             stdout=stdout,
             stderr=subprocess.PIPE,
-            env=subprocess_env(),
+            env=with_env(env),
             cwd=str(workdir),
             start_new_session=True,
             text=True,

@@ -304,11 +304,11 @@ def session_conf(
     merged = dict(DEFAULT_CONF)
     if not delta_jars():
         merged["spark.jars.packages"] = DELTA_MAVEN_COORDINATE
-    jars = local_jars()
-    if jars:
-        merged["spark.jars"] = ",".join(jars)
     merged.update(parse_conf(os.environ.get("FKJOIN_SPARK_CONF", "")))
     merged.update({str(k): str(v) for k, v in (conf or {}).items()})
+    jars = local_jars(conf=merged)
+    if jars and "spark.jars" not in merged:
+        merged["spark.jars"] = ",".join(jars)
     return chosen_master, merged
 
 
@@ -394,7 +394,7 @@ def connect_server_argv(
     }
     settings |= {str(k): str(v) for k, v in (conf or {}).items()}
     argv = [spark_submit, "--class", CONNECT_SERVER_CLASS, "--master", master, "--name", "fkjoin-connect"]
-    jars = local_jars()
+    jars = local_jars(conf=settings)
     if jars:
         argv += ["--jars", ",".join(jars)]
     if not delta_jars():
