@@ -121,16 +121,16 @@ def spec(warehouse: Path) -> dict[str, Any]:
 
 
 def start_connect_server(
-    workdir: Path, port: int, conf: dict[str, str] | None = None
+    workdir: Path, port: int, conf: dict[str, str] | None = None, options: list[str] | None = None
 ) -> subprocess.Popen[bytes]:
     """``fkjoin connect-server`` on ``port`` (local[2], 2 GB, 2 shuffle partitions; ``conf`` adds to or
-    overrides them), once its port accepts connections."""
+    overrides them; ``options`` are more of the command's own), once its port accepts connections."""
     log = (workdir / "connect-server.log").open("wb")
     settings = {"spark.sql.shuffle.partitions": "2", "spark.driver.memory": "2g", **(conf or {})}
     argv = [sys.executable, "-m", "airflow_provider_fkjoin.cli", "--master", "local[2]"]
     for key, value in settings.items():
         argv += ["--conf", f"{key}={value}"]
-    argv += ["connect-server", "--port", str(port)]
+    argv += ["connect-server", "--port", str(port), *(options or [])]
     server = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=workdir)
     deadline = time.monotonic() + 120
     while True:

@@ -21,6 +21,18 @@ run can tell the store's growth from the engine's.
         --json-out bench/results/connect_refresh.json
     python -m bench.connect_refresh --repeat 1 --warmup 1 --memory-refreshes 100 --no-ui \\
         --json-out bench/results/connect_memory.json
+
+``--session-per-refresh`` measures instead what a task through the hook pays: the same net-change
+refreshes once in one session, then each in a Spark Connect session of its own (a new session id, released
+after the refresh, as ``hooks/connect.py`` runs a task), with the code-generation compiles of the server's
+JVM per refresh (Spark's ``CodeGenerator.compilationTime`` histogram, from the metrics servlet of the
+server's UI). ``--share-compiled-code`` starts the server so that its sessions share compiled code
+(``fkjoin connect-server --share-compiled-code``); ``--server-conf KEY=VALUE`` adds a server setting:
+
+    python -m bench.connect_refresh --session-per-refresh --repeat 3 --warmup 1 \\
+        --json-out bench/results/connect_sessions.json
+    python -m bench.connect_refresh --session-per-refresh --repeat 3 --warmup 1 --share-compiled-code \\
+        --json-out bench/results/connect_sessions_shared.json
 """
 
 from __future__ import annotations
@@ -31,6 +43,7 @@ import re
 import subprocess
 import time
 import urllib.request
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -93,7 +106,29 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="keep at most N jobs, stages, tasks per stage, SQL executions and Connect sessions and "
         "statements in the server's status store (default: Spark's own limits, e.g. 1,000 jobs)",
     )
+    p.add_argument(
+        "--session-per-refresh",
+        action="store_true",
+        help="time the net-change refreshes in one session, then each in a new session of its own, with "
+        "the server's code-generation compiles per refresh (instead of the write paths and the memory run)",
+    )
+    p.add_argument(
+        "--server-conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="start the server with this setting too (repeatable), e.g. to compare a setting's effect",
+    )
+    p.add_argument(
+        "--share-compiled-code",
+        action="store_true",
+        help="start the server with fkjoin connect-server --share-compiled-code",
+    )
     args = p.parse_args(argv)
+    if args.session_per_refresh and args.no_ui:
+        p.error("--session-per-refresh reads the compiles from the server's UI: drop --no-ui")
+    if any("=" not in text for text in args.server_conf):
+        p.error("--server-conf takes KEY=VALUE")
     if args.status_store_limit is not None and args.status_store_limit < 1:
         p.error("--status-store-limit must be >= 1")
     args.json_out = json_out(args.json_out, "connect_refresh")
@@ -133,6 +168,18 @@ def server_jobs(tag: str) -> list[dict[str, Any]]:
         if settled and [j["jobId"] for j in current] == [j["jobId"] for j in previous]:
             return current
         previous = current
+
+
+def server_compiles() -> int:
+    """How many classes the server JVM's code generation has compiled so far: the count of Spark's
+    ``CodeGenerator.compilationTime`` histogram (one entry per compile; a cache hit adds none), read from
+    the metrics servlet of the server's UI."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{UI_PORT}/metrics/json/", timeout=30) as answer:
+        histograms = json.load(answer)["histograms"]
+    counts = [h["count"] for name, h in histograms.items() if name.endswith(".CodeGenerator.compilationTime")]
+    if not counts:
+        raise SystemExit("the server's metrics have no CodeGenerator.compilationTime histogram")
+    return int(sum(counts))
 
 
 def job_counts(jobs: list[dict[str, Any]]) -> dict[str, int]:
@@ -224,6 +271,52 @@ def verify(spark: Any, orders: str, customers: str, output: str) -> bool:
     return True
 
 
+def new_session() -> Any:
+    """A Spark Connect session of its own on the server, as a task through the hook opens: a new session
+    id, the engine's session settings (what ``fkjoin run`` does with the hook's ``SPARK_REMOTE``)."""
+    from pyspark.sql.connect.session import SparkSession
+
+    from airflow_provider_fkjoin.engine.runtime.session import CONNECT_SESSION_CONF
+    from airflow_provider_fkjoin.hooks.connect import with_session_id
+
+    session = SparkSession.builder.remote(
+        with_session_id(f"sc://127.0.0.1:{PORT}", str(uuid.uuid4()))
+    ).create()
+    for key, value in CONNECT_SESSION_CONF.items():
+        session.conf.set(key, value)
+    return session
+
+
+def session_runs(
+    args: argparse.Namespace, spark: Any, the_spec: dict[str, Any], change: Any
+) -> dict[str, Any]:
+    """The net-change refreshes of ``the_spec`` in ``spark`` (one session), then each in a new session
+    released after it: per refresh the wall time and the server's code-generation compiles."""
+    from airflow_provider_fkjoin.engine import run_spec
+
+    report: dict[str, Any] = {}
+    for mode in ("one_session", "new_session"):
+        runs = []
+        for index in range(args.warmup + args.repeat):
+            change()
+            session = new_session() if mode == "new_session" else spark
+            before = server_compiles()
+            wall, result = timed(lambda s=session: run_spec(the_spec, spark=s))
+            compiles = server_compiles() - before
+            if session is not spark:
+                session.stop()  # releases it on the server, as the CLI does when a task's refresh ends
+            assert (result["mode"], result["write_path"]) == ("incremental", "net_changes"), result
+            print(f"[connect_refresh] {mode} #{index + 1}: {wall:.2f}s, {compiles} compiles", flush=True)
+            if index >= args.warmup:
+                runs.append({"wall_s": round(wall, 3), "compiles": compiles, "rows": result["rows"]})
+        report[mode] = {
+            "runs": runs,
+            "median_s": median([r["wall_s"] for r in runs]),
+            "median_compiles": median([r["compiles"] for r in runs]),
+        }
+    return report
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from airflow_provider_fkjoin.engine import get_spark, run_spec
@@ -235,7 +328,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     if args.status_store_limit is not None:
         server_conf |= dict.fromkeys(STATUS_STORE_LIMITS, str(args.status_store_limit))
-    server = start_connect_server(args.workdir, PORT, server_conf)
+    server_conf |= dict(text.split("=", 1) for text in args.server_conf)
+    server_options = ["--share-compiled-code"] if args.share_compiled_code else []
+    server = start_connect_server(args.workdir, PORT, server_conf, server_options)
     spark = None
     try:
         spark = get_spark(f"sc://127.0.0.1:{PORT}")
@@ -275,6 +370,7 @@ def main(argv: list[str] | None = None) -> int:
             # without the server's UI its jobs are not counted: jobs and state_jobs are null
             "server_ui": ui,
             "server_conf": server_conf,
+            "server_options": server_options,
             "paths": {},
             "verified": {},
         }
@@ -284,6 +380,14 @@ def main(argv: list[str] | None = None) -> int:
             readings.append({"refreshes": refreshes, **memory(pid)})
             heap = readings[-1]["heap_used_mb"]
             print(f"[connect_refresh] after {refreshes} refreshes: heap {heap} MB after GC", flush=True)
+
+        if args.session_per_refresh:
+            the_spec = spec("out_net")
+            run_spec(the_spec, spark=spark)
+            report["sessions"] = session_runs(args, spark, the_spec, change)
+            report["verified"]["out_net"] = verify(spark, orders, customers, str(args.workdir / "out_net"))
+            write_report(report, args.json_out)
+            return 0
 
         refreshes = 0
         for write_path, output in (("auto", "out_net"), ("merge", "out_merge")):
