@@ -98,6 +98,7 @@ Spark instead.""",
   fkjoin connect-server
   fkjoin connect-server --master spark://host:7077 --host 0.0.0.0 --port 15002
   fkjoin connect-server --conf spark.driver.memory=8g
+  fkjoin connect-server --share-compiled-code   # sessions (one per task) reuse compiled code
 
 Replaces this process with the server (stop it with Ctrl-C or a signal); clients use --master sc://HOST:PORT
 or a spark_connect Airflow connection.""",
@@ -182,6 +183,7 @@ def _cmd_connect_server(args: argparse.Namespace) -> dict[str, Any]:
         master=args.master or "local[*]",
         conf=args.conf,
         spark_submit=spark_submit,
+        share_compiled_code=args.share_compiled_code,
     )
     import pyspark
 
@@ -412,6 +414,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     server.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     server.add_argument("--port", type=int, default=15002, help="port to listen on (default 15002)")
+    server.add_argument(
+        "--share-compiled-code",
+        action="store_true",
+        help="let every session reuse the code earlier sessions compiled (a task through the hook opens a "
+        "session of its own): artifacts a client adds to its session are then visible to all sessions",
+    )
 
     archive = command(
         "jvm-archive",

@@ -105,6 +105,32 @@ def test_the_connect_servers_exact_argv(monkeypatch: pytest.MonkeyPatch, tmp_pat
     ]  # fmt: skip
 
 
+def test_a_connect_server_sharing_compiled_code_runs_connect_as_a_plugin_with_shared_class_loaders(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``--share-compiled-code``: no Connect server class (it would force a class loader per session
+    on), Spark Connect's plugin in a plain driver, both session-isolation settings off, and a caller's
+    own plugins kept."""
+    from airflow_provider_fkjoin.cli import parse_args
+    from airflow_provider_fkjoin.engine.runtime import connect_driver
+    from airflow_provider_fkjoin.engine.runtime.session import connect_server_argv
+
+    monkeypatch.delenv("FKJOIN_SPARK_CONF", raising=False)
+    argv = connect_server_argv(
+        port=15099, conf={"spark.plugins": "com.example.Plugin"}, share_compiled_code=True
+    )
+    settings = dict(argv[i + 1].split("=", 1) for i, arg in enumerate(argv) if arg == "--conf")
+    assert "--class" not in argv
+    assert argv[-1] == connect_driver.__file__
+    assert settings["spark.sql.artifact.isolation.enabled"] == "false"
+    assert settings["spark.sql.artifact.isolation.alwaysApplyClassloader"] == "false"
+    assert settings["spark.plugins"] == "com.example.Plugin,org.apache.spark.sql.connect.SparkConnectPlugin"
+    assert settings["spark.connect.grpc.binding.port"] == "15099"
+    assert parse_args(["connect-server", "--share-compiled-code"]).share_compiled_code
+    assert not parse_args(["connect-server"]).share_compiled_code
+    assert "spark.sql.artifact.isolation.enabled=false" not in connect_server_argv(port=15099)
+
+
 def test_delta_jar_version_is_named_once_and_fits_the_pinned_package():
     """The jar the engine asks Maven for is the one setup fetches, and fits the installed delta-spark."""
     import re

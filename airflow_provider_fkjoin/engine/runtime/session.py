@@ -21,6 +21,7 @@ import weakref
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 from pyspark.sql import SparkSession
 
@@ -70,6 +71,16 @@ CONNECT_SERVER_CONF: dict[str, str] = {
 }
 #: The Spark Connect server's entry point (in pyspark's own ``spark-connect_2.13`` jar).
 CONNECT_SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
+#: Spark Connect as a plugin of a plain driver (:data:`CONNECT_DRIVER`), for a server whose sessions share
+#: compiled code: Spark's code-generation cache is keyed by the class loader, and the Connect server's own
+#: entry point gives every session a class loader of its own on the driver and on the executors (it forces
+#: both settings below on), so each new session, a task through the hook, compiled its code again.
+CONNECT_PLUGIN = "org.apache.spark.sql.connect.SparkConnectPlugin"
+CONNECT_DRIVER = str(Path(__file__).with_name("connect_driver.py"))
+SHARED_CODE_CONF: dict[str, str] = {
+    "spark.sql.artifact.isolation.enabled": "false",
+    "spark.sql.artifact.isolation.alwaysApplyClassloader": "false",
+}
 CONNECT_DEFAULT_PORT = 15002
 
 
@@ -373,6 +384,7 @@ def connect_server_argv(
     master: str = "local[*]",
     conf: Mapping[str, str] | None = None,
     spark_submit: str = "spark-submit",
+    share_compiled_code: bool = False,
 ) -> list[str]:
     """The argv that starts a Spark Connect server with Delta: what ``fkjoin connect-server`` execs.
 
@@ -381,8 +393,15 @@ def connect_server_argv(
     logging and a status store of bounded size (:data:`CONNECT_SERVER_CONF`); ``conf`` wins over all of
     them. The server listens on ``host:port`` only.
 
+    ``share_compiled_code`` runs Spark Connect as a plugin of a plain driver instead, whose sessions
+    all use the driver's class loaders (:data:`SHARED_CODE_CONF`): a new session, as every task through
+    the hook opens, then reuses the code earlier sessions compiled. The price: a jar or file a client
+    adds to its session (``addArtifact``) is visible to every session; the engine adds none.
+
     >>> connect_server_argv(port=15002)[:4]
     ['spark-submit', '--class', 'org.apache.spark.sql.connect.service.SparkConnectServer', '--master']
+    >>> connect_server_argv(port=15002, share_compiled_code=True)[-1] == CONNECT_DRIVER
+    True
     """
     _, session = session_conf(master)
     settings = {
@@ -392,8 +411,13 @@ def connect_server_argv(
         "spark.connect.grpc.binding.address": host,
         "spark.connect.grpc.binding.port": str(port),
     }
+    if share_compiled_code:
+        settings |= SHARED_CODE_CONF | {"spark.plugins": CONNECT_PLUGIN}
     settings |= {str(k): str(v) for k, v in (conf or {}).items()}
-    argv = [spark_submit, "--class", CONNECT_SERVER_CLASS, "--master", master, "--name", "fkjoin-connect"]
+    if share_compiled_code and CONNECT_PLUGIN not in settings["spark.plugins"].split(","):
+        settings["spark.plugins"] += f",{CONNECT_PLUGIN}"
+    entry = [] if share_compiled_code else ["--class", CONNECT_SERVER_CLASS]
+    argv = [spark_submit, *entry, "--master", master, "--name", "fkjoin-connect"]
     jars = local_jars(conf=settings)
     if jars:
         argv += ["--jars", ",".join(jars)]
@@ -401,4 +425,4 @@ def connect_server_argv(
         argv += ["--packages", DELTA_MAVEN_COORDINATE]
     for key, value in settings.items():
         argv += ["--conf", f"{key}={value}"]
-    return [*argv, "spark-internal"]
+    return [*argv, CONNECT_DRIVER if share_compiled_code else "spark-internal"]
