@@ -394,24 +394,31 @@ class KeyedRows:
 
 
 def _repeat_counts(key: list[str]) -> list[Column]:
-    per_key = F.col("_fkjoin_n")
+    per_key, null = F.col("_fkjoin_n"), key_is_null(key)
     return [
-        F.count_if((per_key > 1) & ~key_is_null(key)).alias("duplicates"),
+        F.count_if((per_key > 1) & ~null).alias("duplicates"),
+        F.sum(F.when(null, per_key)).alias("nulls"),
         F.sum(per_key).alias("rows"),
     ]
+
+
+def _grouped_by_key(frame: DataFrame, key: list[str]) -> tuple[DataFrame, Observation | None]:
+    """``frame`` as one row per key (any of a repeated key's rows, with ``_fkjoin_n``), its repeated keys,
+    null-key rows and rows observed on the way of the action that reads it (none over Spark Connect)."""
+    values = [c for c in frame.columns if c not in key]
+    grouped = frame.groupBy(*[quote(c) for c in key]).agg(
+        F.count(F.lit(1)).alias("_fkjoin_n"), *[F.first(quote(c)).alias(c) for c in values]
+    )
+    if is_connect(frame.sparkSession):
+        return grouped, None
+    observation = Observation()
+    return grouped.observe(observation, *_repeat_counts(key)), observation
 
 
 def one_row_per_key(frame: DataFrame, key: list[str], table: DeltaHandle, version: int) -> KeyedRows:
     """``frame`` grouped by ``key`` (one row per key, any of a repeated key's rows), cached (the caller
     unpersists ``counted``), with the count of repeated keys and of rows observed; see :class:`KeyedRows`."""
-    values = [c for c in frame.columns if c not in key]
-    grouped = frame.groupBy(*[quote(c) for c in key]).agg(
-        F.count(F.lit(1)).alias("_fkjoin_n"), *[F.first(quote(c)).alias(c) for c in values]
-    )
-    observation = None
-    if not is_connect(frame.sparkSession):
-        observation = Observation()
-        grouped = grouped.observe(observation, *_repeat_counts(key))
+    grouped, observation = _grouped_by_key(frame, key)
     counted = grouped.persist(StorageLevel.MEMORY_AND_DISK)
     rows = counted.select(*[quote(c) for c in frame.columns])
     return KeyedRows(rows, counted, frame, key, table, version, observation)
@@ -464,19 +471,6 @@ def verify_observed(checks: list[ObservedKeys]) -> list[KeyCounts]:
 def observed_keys(frame: DataFrame, key: list[str], table: DeltaHandle, version: int) -> ObservedKeys:
     """``frame`` (``table``'s rows at ``version``) as one row per non-null key, checked on the way of the
     action that reads it; see :class:`ObservedKeys`."""
-    values = [c for c in frame.columns if c not in key]
-    per_key, null = F.col("_fkjoin_n"), key_is_null(key)
-    grouped = frame.groupBy(*[quote(c) for c in key]).agg(
-        F.count(F.lit(1)).alias("_fkjoin_n"), *[F.first(quote(c)).alias(c) for c in values]
-    )
-    observation = None
-    if not is_connect(frame.sparkSession):
-        observation = Observation()
-        grouped = grouped.observe(
-            observation,
-            F.count_if((per_key > 1) & ~null).alias("duplicates"),
-            F.sum(F.when(null, per_key)).alias("nulls"),
-            F.sum(per_key).alias("rows"),
-        )
-    rows = grouped.where(~null).select(*[quote(c) for c in frame.columns])
+    grouped, observation = _grouped_by_key(frame, key)
+    rows = grouped.where(~key_is_null(key)).select(*[quote(c) for c in frame.columns])
     return ObservedKeys(rows, frame, key, table, version, observation)

@@ -178,10 +178,11 @@ class RefreshContext:
         return commit
 
     def commit_net_changes(
-        self, changes: NetChanges, key: list[str], request: CommitRequest
+        self, changes: NetChanges, key: list[str], request: CommitRequest, *, merge_fallback: bool = True
     ) -> Commit | None:
         """Commit ``changes`` without MERGE (:func:`..write.net_changes.commit_net_changes`); None, with a
-        warning, when that path cannot prove itself right and the kind must MERGE instead."""
+        warning, when that path cannot prove itself right and the kind must MERGE instead (without
+        ``merge_fallback``, :class:`MergeRequired` reaches the caller, which falls back its own way)."""
         assert self.log.latest_version is not None
         try:
             committed = commit_net_changes(
@@ -194,6 +195,8 @@ class RefreshContext:
                 expected_version=self.log.latest_version,
             )
         except MergeRequired as reason:
+            if not merge_fallback:
+                raise
             self.warnings.append(f"output {self.output.location}: the refresh was written by MERGE: {reason}")
             return None
         compacted = False
@@ -642,17 +645,16 @@ def _recompute(
     net = net_changes(
         previous, recomputed.rows, recomputed.key, recomputed.value_columns, keep_unchanged=False
     )
-    warned = len(refresh.warnings)
     try:
         verify_observed(list(recomputed.checks))
         phase("merge_started")
-        commit = refresh.commit_net_changes(net, recomputed.key, request)
-    finally:
-        net.release()
-    if commit is None:
-        reason = refresh.warnings.pop(warned) if len(refresh.warnings) > warned else ""
+        commit = refresh.commit_net_changes(net, recomputed.key, request, merge_fallback=False)
+    except MergeRequired as reason:
         strategy["fallback"] = (
             f"the recompute's net changes could not be committed ({reason}): the incremental plan ran"
         )
         return None
+    finally:
+        net.release()
+    assert commit is not None
     return Written(commit, recomputed.result_rows(commit))
