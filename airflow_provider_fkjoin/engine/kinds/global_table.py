@@ -39,7 +39,9 @@ from ..delta.changes import (
     check_keys,
     feed_errors,
     maybe_broadcast,
+    observed_keys,
     read_feed,
+    verify_observed,
 )
 from ..delta.tables import (
     DeltaHandle,
@@ -51,7 +53,7 @@ from ..delta.tables import (
     require_columns,
     table_size_bytes,
 )
-from ..refresh.skeleton import KindRefresh, RefreshContext, Written
+from ..refresh.skeleton import KindRefresh, Recomputed, RefreshContext, Written
 from ..write.merge import PRESENT, Commit, CommitRequest, write_full_output
 from ..write.net_changes import NetChanges, net_changes
 
@@ -118,6 +120,8 @@ class GlobalTableRefresh(KindRefresh):
     """
 
     spec: GlobalTableBootstrapSpec
+    incremental_jobs = 6
+    recompute_jobs = 5
     #: What ``prepare`` resolved, read by every step: the source, the version it is pinned at (the
     #: refresh's high watermark), its rows at that version and its columns.
     source: DeltaHandle
@@ -147,6 +151,21 @@ class GlobalTableRefresh(KindRefresh):
     def full(self, refresh: RefreshContext, plan: RefreshPlan) -> Written:
         request = refresh.request("full", plan.reason)
         return Written(*self._full(request))
+
+    def recompute(self) -> Recomputed | None:
+        """A keyed source at its pinned version, its keys checked as a bootstrap checks them on the way of
+        the action that compares it with the output (a changelog source has none: its catch-up reads only
+        the appended events, and a recompute would reduce the whole log)."""
+        shape = self.shape
+        if shape.changelog is not None:
+            return None
+        checked = observed_keys(self.source_df, shape.key, self.source, self.high_watermark)
+
+        def rows(commit: Commit) -> dict[str, Any]:
+            (counts,) = verify_observed([checked])
+            return _rows(commit, null_keys=counts.null_keys)
+
+        return Recomputed(checked.rows, list(shape.key), list(shape.value_columns), rows, (checked,))
 
     def result_fields(
         self, refresh: RefreshContext, plan: RefreshPlan, output_version: int
