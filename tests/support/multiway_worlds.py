@@ -42,11 +42,23 @@ def output_key(spec: dict[str, Any]) -> list[str] | None:
     """The output's key as the docs state it: ``output.pkey`` when it is unique (it holds every input's key,
     or ``enforce_pkey`` checks it); else the columns showing every input's key, when all are shown; else
     none (the output is a multiset of rows)."""
+
+    def name(item: dict[str, Any], column: str) -> str | None:
+        if column in item.get("exclude_fields", []):
+            return None
+        return {a["from"]: a["to"] for a in item.get("aliases", [])}.get(column, column)
+
+    # a join key's position shows when some input shows its join key there
+    positions: dict[int, str] = {}
+    for item in spec["inputs"]:
+        for position, column in enumerate(item["join_keys"]):
+            if name(item, column) is not None:
+                positions.setdefault(position, name(item, column))
     shown: list[str | None] = []
     for item in spec["inputs"]:
-        aliases = {a["from"]: a["to"] for a in item.get("aliases", [])}
         for column in item["key"]:
-            shown.append(None if column in item.get("exclude_fields", []) else aliases.get(column, column))
+            joined = item["join_keys"].index(column) if column in item["join_keys"] else None
+            shown.append(name(item, column) or (positions.get(joined) if joined is not None else None))
     pkey = spec["output"].get("pkey")
     pkey = [pkey] if isinstance(pkey, str) else pkey
     if pkey and (spec.get("enforce_pkey", True) or all(n is not None and n in pkey for n in shown)):

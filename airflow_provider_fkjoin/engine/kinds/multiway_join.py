@@ -143,6 +143,8 @@ class MultiWayShape:
     #: Whether a key column may hold nulls (a ``pkey`` column that is neither an input key nor a join key),
     #: so keys compare null-safe.
     nullable_key: bool = False
+    #: Per input, the output column showing each of its key columns (None: not shown).
+    key_names: dict[str, list[str | None]] = field(default_factory=dict)
 
     @property
     def rest(self) -> list[str]:
@@ -212,12 +214,23 @@ def resolve_shape(
                 f"output.pkey: {missing} are not output columns (the output has {value_columns}); name "
                 "output columns, after aliases"
             )
-    # an input's key column is an output column unless excluded (shown, or merged with an equal join key)
-    shown_keys = [
-        item.shown_name(column) if column not in item.exclude_fields else None
+    # an input's key column shows unless excluded (shown, or merged with an equal join key); an excluded
+    # join key still shows where another input shows its position
+    positions: dict[int, str] = {}
+    for name, position in merged_on.items():
+        positions.setdefault(position, name)
+    key_names = {
+        item.name: [
+            item.shown_name(column)
+            if column not in item.exclude_fields
+            else positions.get(item.join_keys.index(column))
+            if column in item.join_keys
+            else None
+            for column in item.key
+        ]
         for item in spec.inputs_
-        for column in item.key
-    ]
+    }
+    shown_keys = [name for names in key_names.values() for name in names]
     covered = pkey is not None and all(name is not None and name in pkey for name in shown_keys)
     key: list[str] | None = None
     if pkey is not None and (covered or spec.enforce_pkey):
@@ -227,7 +240,7 @@ def resolve_shape(
     never_null = {name for name in shown_keys if name is not None} | set(merged_on)
     nullable = key is not None and any(c not in never_null for c in key)
     return MultiWayShape(
-        shapes, identity, value_columns, on, pkey, pkey is not None and not covered, key, nullable
+        shapes, identity, value_columns, on, pkey, pkey is not None and not covered, key, nullable, key_names
     )
 
 
@@ -712,13 +725,13 @@ class MultiWayJoinRefresh(KindRefresh):
         """The fallback when an old snapshot is gone: the output rows showing a changed input key (old) and
         the new join's rows holding one (new), recomputed over the join keys the new images touch. An
         output that does not show every changed input's key cannot be searched that way: it is rebuilt."""
-        spec, shape, sides, output = self.spec, self.shape, self.sides, self.output
+        shape, sides, output = self.shape, self.sides, self.output
         hidden = [
             f"{item.name}.{column}"
-            for item in spec.inputs_
+            for item in shape.inputs
             if item.name in changes and changes[item.name].count
-            for column in item.key
-            if column in item.exclude_fields
+            for column, name in zip(item.key, shape.key_names[item.name], strict=True)
+            if name is None
         ]
         if hidden:
             raise RebuildRequired(
@@ -744,7 +757,7 @@ class MultiWayJoinRefresh(KindRefresh):
         )
         columns = [quote(c) for c in shape.value_columns]
         new = joined.where(any_new).select(*columns)
-        flagged, hit = _key_flags(spec, output.read().select(*columns), changes)
+        flagged, hit = _key_flags(shape, output.read().select(*columns), changes)
         old = flagged.where(hit).select(*columns)
         return old, new, affected
 
@@ -865,18 +878,21 @@ def _state(
 
 
 def _key_flags(
-    spec: MultiWayJoinSpec, rows: DataFrame, changes: dict[str, InputChanges]
+    shape: MultiWayShape, rows: DataFrame, changes: dict[str, InputChanges]
 ) -> tuple[DataFrame, Column]:
     """Output ``rows`` flagged where a changed input's key, as the output shows it, is a changed key."""
     hit = F.lit(False)
-    for item in spec.inputs_:
+    for item in shape.inputs:
         found = changes.get(item.name)
         if found is None or found.count == 0:
             continue
         flag = f"_fkjoin_hit_{item.name}"
-        names = list(dict.fromkeys(item.shown_name(column) for column in item.key))
+        shown = [name for name in shape.key_names[item.name] if name is not None]
+        names = list(dict.fromkeys(shown))
         keys = (
-            found.changed.keys.select(*[F.col(quote(c)).alias(item.shown_name(c)) for c in item.key])
+            found.changed.keys.select(
+                *[F.col(quote(c)).alias(n) for c, n in zip(item.key, shown, strict=True)]
+            )
             .select(*[quote(n) for n in names])
             .distinct()
             .withColumn(flag, F.lit(True))
