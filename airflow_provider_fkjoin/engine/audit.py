@@ -107,12 +107,14 @@ def audit_output(spec: Any, spark: SparkSession, *, examples: int = 0) -> dict[s
             duration_s=round(time.monotonic() - started, 3),
         )
         return result
+    if not key:
+        return _audit_multiset(result, rows, actual, value_columns, warnings, started)
     types = {f.name: f.dataType for f in rows.schema.fields}
     expected = rows.select(*[quote(c) for c in columns]).withColumn(_EXPECTED_FLAG, F.lit(True)).alias("e")
     found = actual.select(*[quote(c) for c in columns]).withColumn(_ACTUAL_FLAG, F.lit(True)).alias("a")
     on = None
     for column in key:
-        term = F.col(f"e.{quote(column)}") == F.col(f"a.{quote(column)}")
+        term = F.col(f"e.{quote(column)}").eqNullSafe(F.col(f"a.{quote(column)}"))
         on = term if on is None else on & term
     same = F.expr(values_equal("e", "a", [(c, types[c]) for c in value_columns]))
     verdict = (
@@ -147,5 +149,36 @@ def audit_output(spec: Any, spark: SparkSession, *, examples: int = 0) -> dict[s
             if tally[verdict]
         }
     result["warnings"] = warnings
+    result["duration_s"] = round(time.monotonic() - started, 3)
+    return result
+
+
+def _audit_multiset(
+    result: dict[str, Any],
+    rows: Any,
+    actual: Any,
+    columns: list[str],
+    warnings: list[str],
+    started: float,
+) -> dict[str, Any]:
+    """The audit of a keyless output (an N-way join that shows no key): the expected and the actual
+    rows compared as multisets, each distinct row by its count (nulls equal)."""
+    hashed = "_fkjoin_row"
+    as_json = F.to_json(F.struct(*[F.col(quote(c)) for c in columns]))
+    expected = rows.select(as_json.alias(hashed)).groupBy(hashed).agg(F.count(F.lit(1)).alias("e"))
+    found = actual.select(as_json.alias(hashed)).groupBy(hashed).agg(F.count(F.lit(1)).alias("a"))
+    both = expected.join(found, on=hashed, how="full_outer").select(
+        F.coalesce(F.col("e"), F.lit(0)).alias("e"), F.coalesce(F.col("a"), F.lit(0)).alias("a")
+    )
+    totals = both.agg(
+        F.sum("e").alias("expected"),
+        F.sum("a").alias("actual"),
+        F.sum(F.greatest(F.col("e") - F.col("a"), F.lit(0))).alias("missing"),
+        F.sum(F.greatest(F.col("a") - F.col("e"), F.lit(0))).alias("extra"),
+    ).first()
+    tally = {name: int(totals[name] or 0) for name in ("expected", "actual", "missing", "extra")}
+    result["rows"] = {**tally, "different": 0, "duplicated_keys": 0}
+    result["consistent"] = not (tally["missing"] or tally["extra"])
+    result["warnings"] = [*warnings, "the output has no key: its rows were compared as a multiset"]
     result["duration_s"] = round(time.monotonic() - started, 3)
     return result

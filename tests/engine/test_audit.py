@@ -107,6 +107,17 @@ def test_audit_multiway_join_and_refused_kinds(spark: SparkSession, tmp_path: Pa
     spark.sql(f"UPDATE delta.`{out}` SET stars = 0 WHERE review_id = 10")  # two rows: one per owner
     assert _audit(spark, world.spec, out)["rows"]["different"] == 2
 
+    # a keyless output (no review key shown): compared as a multiset, so a repeated copy is extra
+    keyless = yelp_world(spark, tmp_path / "keyless")
+    keyless.spec["inputs"][1]["exclude_fields"] = ["text", "review_id"]
+    keyless.refresh()
+    out = keyless.spec["output"]["path"]
+    result = _audit(spark, keyless.spec, out)
+    assert result["consistent"] and result["rows"]["actual"] == 5, result
+    spark.sql(f"INSERT INTO delta.`{out}` SELECT * FROM delta.`{out}` WHERE owner_name = 'Ann' LIMIT 1")
+    rows = _audit(spark, keyless.spec, out)["rows"]
+    assert (rows["extra"], rows["missing"], rows["actual"]) == (1, 0, 6), rows
+
     stream = {
         "kind": "self_join",
         "input": {"path": str(tmp_path / "events"), "key": ["k"], "time": "t"},

@@ -21,7 +21,8 @@ from support.multiway_worlds import (
     REVIEW,
     REVIEW_INPUT,
     World,
-    output_by_identity,
+    as_rows,
+    output_rows,
     yelp_rows,
     yelp_world,
 )
@@ -51,7 +52,7 @@ def counts_by_scenario(spark: SparkSession, out: str, start: int, end: int) -> d
     found: dict[str, Counter[str]] = {name: Counter() for name in OFFSETS}
     owner = {offset: name for name, offset in OFFSETS.items()}
     for change in read_changes(spark, out, start, end):
-        name = owner[change["_fkjoin_id__business__business_id"] // 1000 * 1000]
+        name = owner[change["biz_id"] // 1000 * 1000]
         found[name][change["_change_type"]] += 1
     return {name: Counts(c["insert"], c["update_postimage"], c["delete"]) for name, c in found.items()}
 
@@ -150,7 +151,7 @@ def yelp_phases(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -
         start = 0 if len(world.versions) == 1 else world.versions[-2] + 1
         end = world.versions[-1]
         counts.append(counts_by_scenario(spark, out, start, end) if end >= start else {})
-    columns = [c for c in read_rows(spark, out)[0] if not c.startswith("_fkjoin_")]
+    columns = list(read_rows(spark, out)[0])
 
     before = table_version(spark, out)
     repeat = spark.createDataFrame([(100, 2, "Ann again")], OWNER)
@@ -398,9 +399,22 @@ def test_spec_errors_name_the_input(spark: SparkSession, tmp_path: Path) -> None
 CHANGELOG = "business_id INT, op STRING, lsn BIGINT, name STRING, city STRING"
 
 
-def test_changelog_input_with_out_of_order_events(spark: SparkSession, tmp_path: Path) -> None:
+#: The output forms the vacuumed-log fallback meets, by what the inputs exclude: keyed by the inputs' keys,
+#: keyless but showing the business key (the fallback finds the rows to replace by it), or keyless without
+#: it (rebuilt, with the reason). A pkey-keyed output takes the keyed path.
+OUTPUT_FORMS = {
+    "input_keys": ({}, [], [], True),
+    "keyless": ({}, [], ["review_id"], False),
+    "business_key_hidden": ({}, ["business_id"], ["biz_id"], False),
+}
+
+
+@pytest.mark.parametrize("form", list(OUTPUT_FORMS))
+def test_changelog_input_with_out_of_order_events(spark: SparkSession, tmp_path: Path, form: str) -> None:
     """A business changelog (CDC events, latest by lsn) joined to reviews: late events change nothing, a
-    delete retracts, and a vacuumed log falls back to recomputing the changed identities."""
+    delete retracts, and a vacuumed log falls back to recomputing the changed identities, or, when the
+    output does not show the business key, to a full rebuild that says why."""
+    output, business_hidden, review_hidden, keyed = OUTPUT_FORMS[form]
     from helpers import append_rows
 
     events = str(tmp_path / "business_cdc")
@@ -432,16 +446,29 @@ def test_changelog_input_with_out_of_order_events(spark: SparkSession, tmp_path:
                 "key": ["business_id"],
                 "changelog": {"op_column": "op", "order_by": ["lsn"]},
                 "join_keys": ["business_id"],
-                "aliases": [{"from": "business_id", "to": "biz_id"}],
+                "aliases": [] if business_hidden else [{"from": "business_id", "to": "biz_id"}],
+                "exclude_fields": business_hidden,
             },
-            {"name": "review", "path": reviews, "key": ["review_id"], "join_keys": ["biz_id"]},
+            {
+                "name": "review",
+                "path": reviews,
+                "key": ["review_id"],
+                "join_keys": ["biz_id"],
+                "exclude_fields": review_hidden,
+            },
         ],
-        "output": {"path": str(tmp_path / "out")},
+        "output": {"path": str(tmp_path / "out"), **output},
     }
     model = MultiWayModel(
         [
-            ModelInput("business", ["business_id"], ["business_id"], aliases={"business_id": "biz_id"}),
-            ModelInput("review", ["review_id"], ["biz_id"]),
+            ModelInput(
+                "business",
+                ["business_id"],
+                ["business_id"],
+                business_hidden,
+                aliases={} if business_hidden else {"business_id": "biz_id"},
+            ),
+            ModelInput("review", ["review_id"], ["biz_id"], review_hidden),
         ]
     )
     schemas = {
@@ -455,8 +482,8 @@ def test_changelog_input_with_out_of_order_events(spark: SparkSession, tmp_path:
 
     def check(business: list[Row]) -> dict[str, Any]:
         result = run_spec(spec, spark=spark)
-        assert output_by_identity(spark, str(tmp_path / "out"), spec) == model.join(
-            {"business": business, "review": review_rows}, schemas
+        assert output_rows(spark, str(tmp_path / "out")) == as_rows(
+            model.join({"business": business, "review": review_rows}, schemas)
         )
         return result
 
@@ -474,7 +501,8 @@ def test_changelog_input_with_out_of_order_events(spark: SparkSession, tmp_path:
     )
     result = check([{"business_id": 1, "name": "Cafe Nova", "city": "SF"}])
     assert result["mode"] == "incremental"
-    assert (result["rows"]["updated"], result["rows"]["deleted"]) == (1, 1)
+    counts = tuple(result["rows"][k] for k in ("inserted", "updated", "deleted"))
+    assert counts == ((0, 1, 1) if keyed else (1, 0, 2)), result["rows"]  # keyless: per copy of a row
     append_rows(
         spark, events, [{"business_id": 1, "op": "u", "lsn": 25, "name": "later but old", "city": "SF"}]
     )
@@ -496,5 +524,48 @@ def test_changelog_input_with_out_of_order_events(spark: SparkSession, tmp_path:
             {"business_id": 2, "name": "Deli again", "city": "NY"},
         ]
     )
-    assert result["mode"] == "incremental" and "cannot be read as of the consumed version" in result["reason"]
-    assert result["rows"]["inserted"] == 1
+    assert "cannot be read as of the consumed version" in result["reason"], result
+    if form == "business_key_hidden":
+        assert result["mode"] == "full" and "does not show the changed inputs' keys" in result["reason"]
+        assert result["write_path"] == "net_changes", "equal rows kept: only the new copy is written"
+    else:
+        assert result["mode"] == "incremental"
+    assert (result["rows"]["inserted"], result["rows"]["deleted"]) == (1, 0)
+
+
+def test_an_output_with_an_earlier_versions_identity_columns_is_rebuilt_once(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """An output as an earlier version of the engine wrote it (its rows carry ``_fkjoin_id__<input>__<key>``
+    columns, its last commit the refresh's progress) is rebuilt by the next refresh that has changes to
+    consume, in one commit that says why, and refreshed incrementally after that."""
+    world = yelp_world(spark, tmp_path)
+    world.refresh()
+    out = world.spec["output"]["path"]
+    progress = spark.sql(f"DESCRIBE HISTORY delta.`{out}`").orderBy("version", ascending=False).first()
+    earlier = spark.read.format("delta").load(out)
+    for name, column, shown in (
+        ("business", "business_id", "biz_id"),
+        ("review", "review_id", "review_id"),
+        ("owner", "owner_id", "owner_id"),
+    ):
+        earlier = earlier.withColumn(f"_fkjoin_id__{name}__{column}", earlier[shown])
+    (
+        earlier.localCheckpoint()
+        .write.format("delta")
+        .mode("overwrite")
+        .option("overwriteSchema", "true")
+        .option("userMetadata", progress["userMetadata"])
+        .save(out)
+    )
+    before = table_version(spark, out)
+    assert run_spec(world.spec, spark=spark)["mode"] == "noop", "a noop writes nothing, even here"
+
+    world.upsert("review", [{"review_id": 12, "biz_id": 2, "stars": 1, "text": "worse"}])
+    rebuilt = run_spec(world.spec, spark=spark)
+    assert rebuilt["mode"] == "full" and "row-identity columns" in rebuilt["reason"], rebuilt
+    assert table_version(spark, out) == before + 1, "one commit"
+    assert output_rows(spark, out) == as_rows(world.expected()), "the user's columns only, as the model"
+    world.versions.append(before + 1)
+    world.upsert("review", [{"review_id": 12, "biz_id": 2, "stars": 2, "text": "fine"}])
+    assert world.refresh()["mode"] == "incremental"

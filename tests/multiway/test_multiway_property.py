@@ -1,21 +1,27 @@
 """Property: any changes to 2 to 4 inputs of a ``multiway_join``, refreshed at any points, keep the output
 equal to the N-way join recomputed from scratch (``multiway_model``) at the refresh's pinned versions, with
-one net change per changed identity in the output's change feed.
+one net change per changed output key (per changed copy of a row when the output has no key) in its change
+feed, and no column but the user's in the output.
 
 Hypothesis draws tiny worlds: inputs ``a``..``d`` with primary keys 0..3 and one join key over a shared
 domain {0, 1, 2, null}, so 1:1, 1:N and N:M buckets all happen and null join keys never match. Input ``a``
 names its join column ``a_k`` and renames it (to ``k``, merging it with the other inputs' ``k``, or to a
 column of its own) and renames a value column; input ``b`` drops fields (its join key, its primary key or a
-value) with ``exclude_fields``; ``c`` and ``d`` may drop one. The changes (inserts, updates of values or
-of the join key alone, deletes, identical rewrites, and a row changing together with its partner in another
-input: both inserted, both updated, or one deleted while the other changes) are cut into 1 to 4 refreshes
-after the first (full) one. Each refresh's input changes are batched: per input at most one DELETE and one
-MERGE, so a key can be deleted and re-inserted within one refresh.
+value) with ``exclude_fields``; ``c`` and ``d`` may drop one. Values may be null. So the output's key takes
+each of its three forms: a declared ``pkey`` (every shown input key plus ``a_value``, which may be null and
+changes with the values), the columns showing every input's key, or none when ``b``'s key is dropped (a
+multiset whose equal rows, nulls included, repeat when two ``b`` rows differ only in dropped fields).
+
+The changes (inserts, updates of values or of the join key alone, deletes, identical rewrites, and a row
+changing together with its partner in another input: both inserted, both updated, or one deleted while the
+other changes) are cut into 1 to 4 refreshes after the first (full) one. Each refresh's input changes are
+batched: per input at most one DELETE and one MERGE, so a key can be deleted and re-inserted within one
+refresh.
 
 Every refresh is checked by ``support.multiway_worlds.World.refresh`` (output = model, clean change feed,
 result counts = change feed) and here: the mode, one output commit per refresh, the pinned versions are the
 inputs' latest and hold what the model joined, and the result's counts equal the model's own diff between
-the previous refresh and this one.
+the previous refresh and this one (per output key, or per copy of a row when the output has no key).
 """
 
 from __future__ import annotations
@@ -29,12 +35,12 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 from multiway_model import Row
 from pyspark.sql import SparkSession
-from support.multiway_worlds import World, model_at
+from support.multiway_worlds import World, model_at, net_counts, output_key
 
 NAMES = "abcd"
 KEYS = [0, 1, 2, 3]  # primary keys of every input
 JOIN_KEYS = [0, 1, 2, 0, 1, 2, None]  # the shared join-key domain (a null one time in seven)
-VALUES = [0, 1, 2]  # small, so identical rewrites happen
+VALUES = [0, 1, 2, None]  # small, so identical rewrites happen; null, so null values repeat and compare
 TAGS = ["x", "y"]
 #: Examples per run: each builds its own Delta tables and runs 2 to 5 refreshes (a few minutes in all).
 
@@ -55,6 +61,19 @@ def make_row(name: str, key: int, jk: int | None, v: int, s: str) -> Row:
     return {f"{name}_id": key, join_column(name): jk, f"{name}_v": v, f"{name}_s": s}
 
 
+def spec_extra(plan: dict[str, Any], root: Path) -> dict[str, Any]:
+    """The spec's output fields: with ``pkey``, every shown input key and ``a_value``, enforced when it
+    holds every input's key (else its repeats are only counted)."""
+    if plan["pkey"] is None:
+        return {}
+    names = NAMES[: plan["inputs"]]
+    shown = [f"{n}_id" for n in names if n != "b" or "b_id" not in plan["b_excluded"]]
+    return {
+        "output": {"path": str(root / "out"), "pkey": [*shown, "a_value"]},
+        "enforce_pkey": len(shown) == len(names),
+    }
+
+
 def spec_inputs(plan: dict[str, Any]) -> list[dict[str, Any]]:
     """The spec's inputs (without paths): ``a`` with aliases, ``b`` with exclude_fields, ``c``/``d`` maybe."""
     inputs = []
@@ -68,15 +87,6 @@ def spec_inputs(plan: dict[str, Any]) -> list[dict[str, Any]]:
             item["exclude_fields"] = [f"{name}_s"]
         inputs.append(item)
     return inputs
-
-
-def net_counts(before: dict[tuple, Row], after: dict[tuple, Row]) -> dict[str, int]:
-    """The net change between two model states, by identity."""
-    return {
-        "inserted": len(after.keys() - before.keys()),
-        "updated": sum(1 for k in after.keys() & before.keys() if after[k] != before[k]),
-        "deleted": len(before.keys() - after.keys()),
-    }
 
 
 # ----------------------------------------------------------------------------------------- the changes
@@ -204,6 +214,7 @@ def plans(draw: st.DrawFn) -> dict[str, Any]:
             st.lists(st.sampled_from(["b_s", "k", "b_id"]), min_size=1, max_size=2, unique=True)
         ),
         "excluded": [name for name in names[2:] if draw(st.booleans())],
+        "pkey": draw(st.sampled_from([None, "keys"])),
         "write_path": draw(st.sampled_from(["auto", "merge"])),
         "initial": {name: draw(st.dictionaries(keys, cells, min_size=2, max_size=4)) for name in names},
         "refreshes": draw(st.lists(st.lists(ops_for(names), min_size=1, max_size=4), min_size=1, max_size=4)),
@@ -217,6 +228,7 @@ DOUBLE_COUNT_TRAPS = {
     "a_join_alias": "k",
     "b_excluded": ["k", "b_s"],
     "excluded": ["d"],
+    "pkey": None,
     "write_path": "auto",
     "initial": {
         "a": {0: (0, 0, "x"), 1: (1, 1, "y"), 2: (None, 0, "x")},
@@ -241,8 +253,64 @@ DOUBLE_COUNT_TRAPS = {
 }
 
 
+#: A keyless output (``b``'s key dropped): ``b`` rows 0 and 1 differ only in dropped fields, so each ``a`` row
+#: on join key 0 shows twice, nulls included; one copy changes, then the other goes, then two come back.
+EQUAL_ROWS = {
+    "inputs": 2,
+    "a_join_alias": "k",
+    "b_excluded": ["b_id", "b_s"],
+    "excluded": [],
+    "pkey": None,
+    "write_path": "merge",
+    "initial": {
+        "a": {0: (0, None, "x"), 1: (0, 1, "y"), 2: (1, None, "x")},
+        "b": {0: (0, None, "x"), 1: (0, None, "y"), 2: (1, 2, "x")},
+    },
+    "refreshes": [
+        [{"op": "touch", "input": "b", "key": 1, "v": 1, "s": "x"}],
+        [
+            {"op": "delete", "input": "b", "key": 0},
+            {"op": "touch", "input": "a", "key": 0, "v": None, "s": "x"},
+        ],
+        [
+            {"op": "upsert", "input": "b", "key": 0, "jk": 0, "v": None, "s": "x"},
+            {"op": "upsert", "input": "b", "key": 3, "jk": 0, "v": None, "s": "y"},
+            {"op": "upsert", "input": "b", "key": 1, "jk": 0, "v": None, "s": "x"},
+        ],
+    ],
+}
+
+#: A declared pkey holding every input's key and ``a_value``: a value change moves a row to another pkey
+#: (a delete and an insert), and a null ``a_value`` is a pkey value like any other.
+PKEY_MOVES = {
+    "inputs": 3,
+    "a_join_alias": "a_join",
+    "b_excluded": ["b_s"],
+    "excluded": [],
+    "pkey": "keys",
+    "write_path": "auto",
+    "initial": {
+        "a": {0: (0, None, "x"), 1: (1, 1, "y")},
+        "b": {0: (0, 0, "x"), 1: (1, None, "y")},
+        "c": {0: (0, 0, "x"), 1: (1, 1, "x")},
+    },
+    "refreshes": [
+        [
+            {"op": "touch", "input": "a", "key": 0, "v": 2, "s": "x"},
+            {"op": "touch", "input": "b", "key": 1, "v": 0, "s": "x"},
+        ],
+        [
+            {"op": "touch", "input": "a", "key": 1, "v": None, "s": "y"},
+            {"op": "move", "input": "c", "key": 1, "jk": 0},
+        ],
+    ],
+}
+
+
 @given(plan=plans(), adaptive=st.booleans())
 @example(plan=DOUBLE_COUNT_TRAPS, adaptive=False).via("four inputs, partners changing together, N:M buckets")
+@example(plan=EQUAL_ROWS, adaptive=False).via("a keyless output whose equal rows repeat, with nulls")
+@example(plan=PKEY_MOVES, adaptive=False).via("a pkey that changes with the values, and holds nulls")
 def test_refreshes_equal_the_model_recomputed(
     spark: SparkSession, tmp_path_factory: pytest.TempPathFactory, plan: dict[str, Any], adaptive: bool
 ) -> None:
@@ -253,7 +321,10 @@ def test_refreshes_equal_the_model_recomputed(
             name: [make_row(name, k, jk, v, s) for k, (jk, v, s) in plan["initial"][name].items()]
             for name in names
         }
-        world = World.create(spark, root, spec_inputs(plan), {n: schema(n) for n in names}, rows)
+        world = World.create(
+            spark, root, spec_inputs(plan), {n: schema(n) for n in names}, rows, **spec_extra(plan, root)
+        )
+        keyless = output_key(world.spec) is None
         previous: dict[tuple, Row] = {}
 
         def refresh(want_mode: str) -> None:
@@ -273,12 +344,15 @@ def test_refreshes_equal_the_model_recomputed(
             assert result["output"]["version"] == output
             if want_mode == "incremental":
                 assert output == before + 1, "an incremental refresh is one output commit"
-                path = "merge" if plan["write_path"] == "merge" else "net_changes"
+                # a keyless output is written as net changes even when MERGE is asked for (with a warning)
+                path = "merge" if plan["write_path"] == "merge" and not keyless else "net_changes"
                 assert result["write_path"] == path, shown
             elif want_mode == "noop":
                 assert output == before
             counts = {kind: result["rows"][kind] for kind in ("inserted", "updated", "deleted")}
-            assert counts == net_counts(previous, now), f"result counts vs the model's diff; {shown}"
+            assert counts == net_counts(world.spec, previous, now), (
+                f"result counts vs the model's diff; {shown}"
+            )
             previous = now
 
         refresh("full")

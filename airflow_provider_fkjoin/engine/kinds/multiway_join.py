@@ -2,10 +2,15 @@
 incrementally by the telescoping delta rule.
 
 Two to eight keyed inputs (tables or changelog sources) join on their ``join_keys``, matched by
-position: 1:1, 1:N and N:M. Each output row is identified by the tuple of its inputs' primary keys, kept
-in hidden ``_fkjoin_id__<input>__<column>`` columns: that identity is the merge key, so the visible
-columns (every field minus ``exclude_fields``, renamed by ``aliases``, equal join-key columns merged)
-may repeat.
+position: 1:1, 1:N and N:M. The output holds the visible columns only (every field minus
+``exclude_fields``, renamed by ``aliases``, equal join-key columns merged). Inside a refresh each row is
+identified by the tuple of its inputs' primary keys (the identity, computed from the inputs and never
+stored); the output is written by its **key**:
+
+* ``output.pkey`` when it is unique: it holds every input's key, or ``enforce_pkey`` checks it;
+* else the columns showing every input's key, when the output shows them all;
+* else none: the output is a multiset of rows, written per copy of a row (``_copy_changes``): k of m equal
+  rows deleted, new copies inserted, located by a hash of the row and their position in the output.
 
 **Incremental refresh.** With the inputs in spec order, old states ``O_i`` (the consumed versions), new
 states ``N_i`` (the pinned versions) and changes ``Δ_i = N_i - O_i``, the change of the join is::
@@ -16,13 +21,15 @@ Every input's rows are tagged with the image they are (``0`` unchanged, ``1`` ne
 rows carry a weight (``+1`` for a new image of input i, ``-1`` for an old one), and the terms' rows are
 summed per (identity, tags): combinations that two terms produce with opposite signs cancel exactly,
 whatever their values. What is left is, per identity, at most one new row (+1) and one old row (-1):
-an insert, an update (when a value differs) or a delete, written as one net change.
+an insert, an update (when a value differs) or a delete; re-keyed by the output's key (or counted per
+distinct row for a keyless output), that is one net change per output key.
 
 Only the join keys that a change touches are read (``G``), once per input: ``N_i|G`` is a scan of the
 input filtered by a broadcast of ``G``; the old state ``O_i|G`` is that minus the changed keys plus their
 pre-images from the change feed. A changelog input's pre-images come from its log as of the consumed
 version (time travel); when that snapshot is gone the refresh falls back to recomputing the changed
-identities from the new states and diffing them against the output, and says so in ``reason``.
+identities from the new states and diffing them against the output's rows that show a changed input key,
+and says so in ``reason`` (an output that does not show those keys is rebuilt, with the reason).
 
 An N:M join key whose bucket-size product exceeds ``max_rows_per_join_key`` fails before any join is
 materialised; ``output.pkey`` is checked (or, with ``enforce_pkey: false``, its repeats are counted).
@@ -40,7 +47,7 @@ from functools import reduce
 from typing import Any
 
 from pyspark import StorageLevel
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -66,8 +73,16 @@ from ..delta.tables import (
     require_columns,
 )
 from ..refresh.skeleton import KindRefresh, RefreshContext, Written
-from ..write.merge import PRESENT, write_full_output
-from ..write.net_changes import CHANGE, PRE_IMAGE, NetChanges, net_changes
+from ..write.merge import PRESENT, Commit, CommitRequest, append_output, merge_output, write_full_output
+from ..write.net_changes import (
+    CHANGE,
+    EXPECTED,
+    PRE_IMAGE,
+    MergeRequired,
+    NetChanges,
+    counted_changes,
+    net_changes,
+)
 from .fk_join import JoinInput, null_keys_of, read_changes_of, read_input
 
 ID_PREFIX = "_fkjoin_id__"
@@ -75,10 +90,18 @@ ON_PREFIX = "_fkjoin_on"
 TAG_PREFIX = "_fkjoin_tag_"
 WEIGHT = "_fkjoin_weight"
 UNCHANGED, NEW_IMAGE, OLD_IMAGE = 0, 1, 2
+_PKEY_COUNT = "_fkjoin_n"
+#: A keyless output's derived key: a hash of the whole row, and the copy's number among equal rows.
+ROW_HASH, COPY = "_fkjoin_row_hash", "_fkjoin_copy"
+KEYLESS = (
+    "the output has no key (no unique output.pkey, and not every input's key is an output column), so "
+    "equal rows may repeat"
+)
 
 
 def identity_column(input_name: str, column: str) -> str:
-    """The hidden output column holding one part of an input's primary key.
+    """The internal column holding one part of an input's primary key while a refresh computes (never
+    written to the output; an output written by an earlier version that holds one is rebuilt).
 
     >>> identity_column("review", "review_id")
     '_fkjoin_id__review__review_id'
@@ -105,15 +128,28 @@ class MultiWayShape:
     """The join's columns, resolved against the live schemas: what each input shows and the output."""
 
     inputs: list[InputShape]
-    #: The output's merge key: every input's primary key, hidden, in input order.
+    #: A row's identity while a refresh computes: every input's primary key, in input order (internal
+    #: columns, never written).
     identity: list[str]
-    #: The visible output columns, in order.
+    #: The output's columns, in order: all it holds.
     value_columns: list[str]
     #: The join keys' output names per position where an input shows them (for messages).
     on: list[str]
     pkey: list[str] | None
     #: Whether ``pkey`` needs a data check (False when it holds every input's key, so it is unique).
     pkey_checked: bool
+    #: The output's key (see the module docstring); None for a keyless output (a multiset of rows).
+    key: list[str] | None = None
+    #: Whether a key column may hold nulls (a ``pkey`` column that is neither an input key nor a join key),
+    #: so keys compare null-safe.
+    nullable_key: bool = False
+    #: Per input, the output column showing each of its key columns (None: not shown).
+    key_names: dict[str, list[str | None]] = field(default_factory=dict)
+
+    @property
+    def rest(self) -> list[str]:
+        """The output's columns outside its key (all of them for a keyless output)."""
+        return [c for c in self.value_columns if c not in (self.key or [])]
 
 
 def resolve_shape(
@@ -178,12 +214,34 @@ def resolve_shape(
                 f"output.pkey: {missing} are not output columns (the output has {value_columns}); name "
                 "output columns, after aliases"
             )
-    covered = pkey is not None and all(
-        any(source == key and name in pkey for source, name in shape.shown)
-        for shape in shapes
-        for key in shape.key
+    # an input's key column shows unless excluded (shown, or merged with an equal join key); an excluded
+    # join key still shows where another input shows its position
+    positions: dict[int, str] = {}
+    for name, position in merged_on.items():
+        positions.setdefault(position, name)
+    key_names = {
+        item.name: [
+            item.shown_name(column)
+            if column not in item.exclude_fields
+            else positions.get(item.join_keys.index(column))
+            if column in item.join_keys
+            else None
+            for column in item.key
+        ]
+        for item in spec.inputs_
+    }
+    shown_keys = [name for names in key_names.values() for name in names]
+    covered = pkey is not None and all(name is not None and name in pkey for name in shown_keys)
+    key: list[str] | None = None
+    if pkey is not None and (covered or spec.enforce_pkey):
+        key = list(pkey)
+    elif all(name is not None for name in shown_keys):
+        key = list(dict.fromkeys(name for name in shown_keys if name is not None))
+    never_null = {name for name in shown_keys if name is not None} | set(merged_on)
+    nullable = key is not None and any(c not in never_null for c in key)
+    return MultiWayShape(
+        shapes, identity, value_columns, on, pkey, pkey is not None and not covered, key, nullable, key_names
     )
-    return MultiWayShape(shapes, identity, value_columns, on, pkey, pkey is not None and not covered)
 
 
 def _on_columns(shape: InputShape) -> list[Column]:
@@ -244,8 +302,8 @@ def expected_output(
     frames = [
         prepared(item, _non_null(sides[item.name], item.key), F.lit(UNCHANGED)) for item in shape.inputs
     ]
-    joined = join_all(frames, len(shape.on)).select(*[quote(c) for c in shape.identity + shape.value_columns])
-    return joined, shape.identity, shape.value_columns
+    joined = join_all(frames, len(shape.on)).select(*[quote(c) for c in shape.value_columns])
+    return joined, list(shape.key or []), shape.rest
 
 
 class MultiWayJoinRefresh(KindRefresh):
@@ -274,8 +332,10 @@ class MultiWayJoinRefresh(KindRefresh):
 
     def incremental(self, refresh: RefreshContext, plan: RefreshPlan) -> Written:
         """The telescoping refresh: what it wrote. Raises :class:`RebuildRequired` when a feed cannot
-        serve."""
+        serve, the output holds an earlier version's identity columns, or a keyless output cannot take
+        its changes without MERGE."""
         spec, shape = self.spec, self.shape
+        self._require_current_layout()
         changes: dict[str, InputChanges] = {}
         cached: list[DataFrame] = []
         net: NetChanges | None = None
@@ -285,7 +345,7 @@ class MultiWayJoinRefresh(KindRefresh):
             gone = [name for name, found in changes.items() if found.old_rows is None]
             arity = len(shape.on)
             if gone:
-                old, new, affected = self._recompute_changed(changes, arity)
+                old, new, affected = self._recompute_changed(changes, arity, gone)
                 reason = (
                     f"{plan.reason}; the log of changelog input(s) {gone} cannot be read as of the consumed "
                     "version (vacuumed), so the changed identities were recomputed from the new states and "
@@ -294,25 +354,12 @@ class MultiWayJoinRefresh(KindRefresh):
             else:
                 old, new, affected = self._telescoped(changes, arity)
                 reason = plan.reason
-            net = net_changes(old, new, shape.identity, shape.value_columns)
-            others = None
-            duplicates = None
-            if shape.pkey_checked:
-                written = self._rows_to_check_pkey(net.frame)
-                if written.isEmpty():
-                    duplicates = None if spec.enforce_pkey else 0
-                else:
-                    others = self._output_rows_sharing_pkey(written, net.frame)
-                    duplicates = self.check_pkey(written, others, refresh.warnings)
+            visible = [quote(c) for c in shape.value_columns]
+            old, new = old.select(*visible), new.select(*visible)
+            duplicates = self._check_pkey_changes(old, new, refresh.warnings)
+            net = self._net_changes(old, new)
             phase("merge_started")
-            request = refresh.request("incremental", reason)
-            commit = refresh.write(
-                net if refresh.direct_write_possible(True) else None,
-                shape.identity,
-                shape.value_columns,
-                request,
-                lambda: _merge_source(net, shape, cached),
-            )
+            commit = self._commit(refresh, net, refresh.request("incremental", reason), cached)
         finally:
             if net is not None:
                 net.release()
@@ -332,9 +379,74 @@ class MultiWayJoinRefresh(KindRefresh):
             counts["pkey_duplicates"] = duplicates
         return Written(commit, _rows(spec, **counts), reason if reason != plan.reason else None)
 
+    def _require_current_layout(self) -> None:
+        """Rebuild an output whose rows carry the identity columns an earlier version of the engine kept
+        in them: once, in full, without them (never a half-migrated table)."""
+        hidden = [c for c in self.output.read().columns if c.startswith(ID_PREFIX)]
+        if hidden:
+            raise RebuildRequired(
+                f"the output holds the row-identity columns {hidden} that an earlier version of this engine "
+                "kept in it; the identity now stays inside the engine, so the output is rebuilt once, "
+                "holding your columns only"
+            )
+
+    def _net_changes(self, old: DataFrame, new: DataFrame) -> NetChanges:
+        """The net change per output key (per copy of a row for a keyless output) from the previous and
+        new rows of the identities this refresh changes."""
+        shape = self.shape
+        if shape.key is None:
+            return _copy_changes(old, new, shape.value_columns)
+        return net_changes(old, new, shape.key, shape.rest, null_safe=shape.nullable_key)
+
+    def _commit(
+        self, refresh: RefreshContext, net: NetChanges, request: CommitRequest, cached: list[DataFrame]
+    ) -> Commit:
+        """Commit ``net`` without MERGE where the engine can prove it right, else by MERGE. A keyless
+        output takes net changes only (MERGE cannot delete some of several equal rows): else it is rebuilt
+        (:meth:`_commit_copies`)."""
+        shape = self.shape
+        if shape.key is None:
+            return self._commit_copies(refresh, net, request)
+        commit = (
+            refresh.commit_net_changes(net, shape.key, request)
+            if refresh.direct_write_possible(True)
+            else None
+        )
+        if commit is None:
+            commit = merge_output(
+                self.output,
+                _merge_source(net, shape, cached),
+                shape.key,
+                shape.rest,
+                request,
+                null_safe=shape.nullable_key,
+            )
+        return commit
+
+    def _commit_copies(self, refresh: RefreshContext, net: NetChanges, request: CommitRequest) -> Commit:
+        """A keyless output's net changes, committed without MERGE even when MERGE was asked for (with a
+        warning); :class:`RebuildRequired` when they cannot be (the output is being adopted, the session
+        has no engine jar, or the proof fails)."""
+        if refresh.log.latest_version is None or refresh.ownership.claim:
+            raise RebuildRequired(f"{KEYLESS}, and the output is being adopted: rebuilding in full")
+        if refresh.write_path == "merge":
+            refresh.warnings.append(
+                f"output {self.output.location}: {KEYLESS}; MERGE cannot delete some of several equal rows, "
+                "so the refresh was written as net changes"
+            )
+        try:
+            commit = refresh.commit_net_changes(net, [ROW_HASH, COPY], request, merge_fallback=False)
+        except MergeRequired as why:
+            raise RebuildRequired(
+                f"{KEYLESS}, and its net changes could not be committed without MERGE ({why}); MERGE "
+                "cannot delete some of several equal rows, so the output is rebuilt in full"
+            ) from None
+        assert commit is not None
+        return commit
+
     def full(self, refresh: RefreshContext, plan: RefreshPlan) -> Written:
         """The full rebuild: every input at its pinned version joined, its pkey checked, written over the
-        output."""
+        output (a keyless output is replaced: MERGE cannot reconcile equal rows)."""
         spec, shape, sides, output = self.spec, self.shape, self.sides, self.output
         dropped = null_keys_of([(sides[item.name], item.key) for item in shape.inputs])
         nulls = {item.name: count for item, count in zip(shape.inputs, dropped, strict=True)}
@@ -348,11 +460,16 @@ class MultiWayJoinRefresh(KindRefresh):
         if shape.pkey_checked:
             joined = joined.persist(StorageLevel.MEMORY_AND_DISK)
         try:
-            duplicates = self.check_pkey(joined, None, refresh.warnings)
+            duplicates = self.check_pkey(joined, refresh.warnings)
             phase("merge_started")
-            commit = write_full_output(
-                output, joined, shape.identity, shape.value_columns, refresh.request("full", plan.reason)
-            )
+            rows = joined.select(*[quote(c) for c in shape.value_columns])
+            request = refresh.request("full", plan.reason)
+            if shape.key is not None:
+                commit = write_full_output(
+                    output, rows, shape.key, shape.rest, request, null_safe=shape.nullable_key
+                )
+            else:
+                commit = self._replace_copies(refresh, rows, request)
         finally:
             joined.unpersist()
         counts: dict[str, Any] = {
@@ -363,6 +480,29 @@ class MultiWayJoinRefresh(KindRefresh):
         if duplicates is not None:
             counts["pkey_duplicates"] = duplicates
         return Written(commit, _rows(spec, **counts, nulls=nulls))
+
+    def _replace_copies(self, refresh: RefreshContext, rows: DataFrame, request: CommitRequest) -> Commit:
+        """A keyless output made to hold exactly ``rows``: created; or, over an output with the same
+        columns, only the copies that differ deleted or inserted (net changes against the whole output, so
+        the change feed stays clean); else (other columns, no engine jar, an output being adopted) replaced
+        by an overwrite."""
+        output = self.output
+        version = refresh.log.latest_version
+        if output.exists() and version is not None and not refresh.ownership.claim:
+            previous = output.read(version)
+            if _column_types(previous) == _column_types(rows):
+                net = _copy_changes(previous, rows, self.shape.value_columns)
+                try:
+                    commit = refresh.commit_net_changes(net, [ROW_HASH, COPY], request, merge_fallback=False)
+                    assert commit is not None
+                    return commit
+                except MergeRequired as why:
+                    refresh.warnings.append(
+                        f"output {output.location}: {KEYLESS}; its rows were replaced by an overwrite ({why})"
+                    )
+                finally:
+                    net.release()
+        return append_output(output, rows, request, replace=True)
 
     # -- the N:M guard and the pkey check --------------------------------------------------------------
 
@@ -400,82 +540,79 @@ class MultiWayJoinRefresh(KindRefresh):
             "written."
         )
 
-    def check_pkey(self, rows: DataFrame, others: DataFrame | None, warnings: list[str]) -> int | None:
-        """Check ``output.pkey`` over ``rows`` (and ``others``, the output rows they join): an
-        InputDataError naming the smallest repeated key (the same one on every run) and the input that
-        repeats it, or, with ``enforce_pkey: false``, the count of repeated pkey values (None when there
-        is no pkey, or it holds every input's key)."""
+    def check_pkey(self, rows: DataFrame, warnings: list[str]) -> int | None:
+        """Check ``output.pkey`` over the whole join ``rows`` (a full rebuild): see :meth:`_pkey_verdict`."""
+        if not self.shape.pkey_checked or self.shape.pkey is None:
+            return None
+        pkey = [quote(c) for c in self.shape.pkey]
+        counted = rows.groupBy(*pkey).agg(F.count(F.lit(1)).alias(_PKEY_COUNT))
+        return self._pkey_verdict(counted, rows, warnings)
+
+    def _check_pkey_changes(self, old: DataFrame, new: DataFrame, warnings: list[str]) -> int | None:
+        """Check ``output.pkey`` over what the output holds after this refresh, for the pkeys of ``new``
+        (the changed identities' new rows; ``old``, their previous rows, leave the output).
+
+        Per pkey, the count after the refresh is the output's count minus ``old``'s plus ``new``'s. With
+        ``enforce_pkey`` every refresh checked the output, so it holds each pkey once, and a pkey of
+        ``old`` is held by that old row only: the output is read only for new pkeys not in ``old`` (the
+        usual refresh, values changing and pkeys staying, reads nothing of it)."""
         spec, shape = self.spec, self.shape
         if not shape.pkey_checked or shape.pkey is None:
             return None
+        pkey = list(shape.pkey)
+        signed = [new.select(*[quote(c) for c in pkey], F.lit(1).alias(_PKEY_COUNT))]
+        wanted = new.select(*[quote(c) for c in pkey]).distinct()
+        if spec.enforce_pkey:
+            wanted = _null_safe_join(wanted, old.select(*[quote(c) for c in pkey]), pkey, "left_anti")
+        else:
+            signed.append(old.select(*[quote(c) for c in pkey], F.lit(-1).alias(_PKEY_COUNT)))
+        held: DataFrame | None = None
+        if not wanted.isEmpty():
+            held = _null_safe_join(
+                self.output.read().select(*[quote(c) for c in shape.value_columns]),
+                F.broadcast(wanted),
+                pkey,
+                "left_semi",
+            )
+            signed.append(held.select(*[quote(c) for c in pkey], F.lit(1).alias(_PKEY_COUNT)))
+        counted = (
+            reduce(lambda a, b: a.unionByName(b), signed)
+            .groupBy(*[quote(c) for c in pkey])
+            .agg(F.sum(_PKEY_COUNT).alias(_PKEY_COUNT))
+        )
+        clashing = new if held is None else new.unionByName(held)
+        return self._pkey_verdict(counted, clashing, warnings)
+
+    def _pkey_verdict(self, counted: DataFrame, rows: DataFrame, warnings: list[str]) -> int | None:
+        """From the rows per pkey (``counted``): an InputDataError naming the smallest repeated key (the
+        same one on every run) and the input that repeats it (found among ``rows``), or, with
+        ``enforce_pkey: false``, the count of repeated pkey values with a warning."""
+        spec, shape = self.spec, self.shape
+        assert shape.pkey is not None
         pkey = [quote(c) for c in shape.pkey]
-        candidates = rows.select(*pkey, *[quote(c) for c in shape.identity])
-        if others is not None:
-            candidates = candidates.unionByName(others.select(*pkey, *[quote(c) for c in shape.identity]))
-        repeated = candidates.groupBy(*pkey).agg(F.count(F.lit(1)).alias("_fkjoin_n")).where("_fkjoin_n > 1")
+        repeated = counted.where(F.col(_PKEY_COUNT) > 1)
         if not spec.enforce_pkey:
             found = repeated.count()
             if found:
                 warnings.append(
                     f"output.pkey {shape.pkey} is not unique: {found} value(s) repeat among the rows this "
-                    "refresh wrote and the output rows sharing their pkey; the output keeps every row "
-                    "(its identity is the inputs' keys)"
+                    "refresh wrote and the output rows sharing their pkey; the output keeps every row"
                 )
             return found
         example = repeated.orderBy(*pkey).first()
         if example is None:
             return None
         value = {c: example[c] for c in shape.pkey}
-        clash = candidates
+        clash = rows
         for column, wanted in value.items():
             clash = clash.where(F.col(quote(column)).eqNullSafe(F.lit(wanted)))
-        clashing = clash.limit(20).collect()
-        culprits = [
-            item.name
-            for item in shape.inputs
-            if len({tuple(row[hidden] for _, hidden in item.identity) for row in clashing}) > 1
-        ]
+        culprits = _culprits(shape, [row.asDict() for row in clash.limit(20).collect()])
         shown = ", ".join(f"{c}={v!r}" for c, v in value.items())
         raise InputDataError(
-            f"output.pkey {shape.pkey}: ({shown}) repeats {example['_fkjoin_n']} times; input "
+            f"output.pkey {shape.pkey}: ({shown}) repeats {example[_PKEY_COUNT]} times; input "
             f"{' and '.join(repr(c) for c in culprits)} gives it several rows. A pkey must identify one "
             f"output row: add {culprits[0] if culprits else 'that input'}'s key to pkey, or set "
             "enforce_pkey: false to keep every row; nothing was written."
-        )
-
-    def _rows_to_check_pkey(self, frame: DataFrame) -> DataFrame:
-        """The rows of net changes ``frame`` whose pkey may repeat another row's: every insert and update,
-        or, with ``enforce_pkey``, only the inserts and the updates that change the pkey's value. Every
-        refresh checked the output then, so it repeats no pkey and an update keeping its pkey cannot add a
-        repeat; the usual refresh (values change, pkeys stay) then reads nothing of the output."""
-        spec, shape = self.spec, self.shape
-        assert shape.pkey is not None
-        if not spec.enforce_pkey:
-            return frame.where(F.col(CHANGE).isin("insert", "update"))
-        kept = reduce(
-            lambda a, b: a & b,
-            [F.col(quote(c)).eqNullSafe(F.col(quote(PRE_IMAGE + c))) for c in shape.pkey],
-        )
-        return frame.where((F.col(CHANGE) == "insert") | ((F.col(CHANGE) == "update") & ~kept))
-
-    def _output_rows_sharing_pkey(self, written: DataFrame, frame: DataFrame) -> DataFrame:
-        """The output's rows (pkey and identity) that share a pkey with a row in ``written``, except the
-        rows this refresh deletes or writes again (``written``'s updates)."""
-        shape, output = self.shape, self.output
-        assert shape.pkey is not None
-        pkey = [quote(c) for c in shape.pkey]
-        identity = [quote(c) for c in shape.identity]
-        wanted = written.select(*pkey).distinct()
-        replaced = (
-            frame.where(F.col(CHANGE) == "delete")
-            .select(*identity)
-            .unionByName(written.where(F.col(CHANGE) == "update").select(*identity))
-        )
-        return (
-            output.read()
-            .select(*pkey, *identity)
-            .join(F.broadcast(wanted), on=list(shape.pkey), how="left_semi")
-            .join(replaced, on=list(shape.identity), how="left_anti")
         )
 
     # -- the incremental refresh -----------------------------------------------------------------------
@@ -583,12 +720,25 @@ class MultiWayJoinRefresh(KindRefresh):
         )
 
     def _recompute_changed(
-        self, changes: dict[str, InputChanges], arity: int
+        self, changes: dict[str, InputChanges], arity: int, gone: list[str]
     ) -> tuple[DataFrame, DataFrame, int]:
-        """The fallback when an old snapshot is gone: the output rows holding a changed key (old) and the
-        new join's rows holding one (new), recomputed over the join keys the new images touch."""
+        """The fallback when an old snapshot is gone: the output rows showing a changed input key (old) and
+        the new join's rows holding one (new), recomputed over the join keys the new images touch. An
+        output that does not show every changed input's key cannot be searched that way: it is rebuilt."""
         shape, sides, output = self.shape, self.sides, self.output
-        columns = [quote(c) for c in shape.identity + shape.value_columns]
+        hidden = [
+            f"{item.name}.{column}"
+            for item in shape.inputs
+            if item.name in changes and changes[item.name].count
+            for column, name in zip(item.key, shape.key_names[item.name], strict=True)
+            if name is None
+        ]
+        if hidden:
+            raise RebuildRequired(
+                f"the log of changelog input(s) {gone} cannot be read as of the consumed version (vacuumed), "
+                f"and the output does not show the changed inputs' keys {hidden}, so the rows to replace "
+                "cannot be found in it: rebuilding in full"
+            )
         plus = [
             prepared(item, changes[item.name].new_rows, F.lit(NEW_IMAGE))
             for item in shape.inputs
@@ -605,8 +755,9 @@ class MultiWayJoinRefresh(KindRefresh):
         any_new = reduce(
             lambda a, b: a | b, [F.col(TAG_PREFIX + item.name) == NEW_IMAGE for item in shape.inputs]
         )
+        columns = [quote(c) for c in shape.value_columns]
         new = joined.where(any_new).select(*columns)
-        flagged, hit = _identity_flags(shape, output.read().select(*columns), changes)
+        flagged, hit = _key_flags(shape, output.read().select(*columns), changes)
         old = flagged.where(hit).select(*columns)
         return old, new, affected
 
@@ -726,30 +877,141 @@ def _state(
     return cut_lineage(rows, eager=False)
 
 
-def _identity_flags(
+def _key_flags(
     shape: MultiWayShape, rows: DataFrame, changes: dict[str, InputChanges]
 ) -> tuple[DataFrame, Column]:
-    """``rows`` (holding identity columns) flagged where some input's part of the identity changed."""
+    """Output ``rows`` flagged where a changed input's key, as the output shows it, is a changed key."""
     hit = F.lit(False)
     for item in shape.inputs:
         found = changes.get(item.name)
         if found is None or found.count == 0:
             continue
         flag = f"_fkjoin_hit_{item.name}"
-        keys = found.changed.keys.select(
-            *[F.col(quote(source)).alias(hidden) for source, hidden in item.identity]
-        ).withColumn(flag, F.lit(True))
-        rows = rows.join(maybe_broadcast(keys, found.count), on=[h for _, h in item.identity], how="left")
+        shown = [name for name in shape.key_names[item.name] if name is not None]
+        names = list(dict.fromkeys(shown))
+        keys = (
+            found.changed.keys.select(
+                *[F.col(quote(c)).alias(n) for c, n in zip(item.key, shown, strict=True)]
+            )
+            .select(*[quote(n) for n in names])
+            .distinct()
+            .withColumn(flag, F.lit(True))
+        )
+        rows = rows.join(maybe_broadcast(keys, found.count), on=names, how="left")
         hit = hit | F.coalesce(F.col(flag), F.lit(False))
     return rows, hit
 
 
 def _merge_source(net: NetChanges, shape: MultiWayShape, cached: list[DataFrame]) -> DataFrame:
     """The MERGE source from net changes: new values (present) and deletes (absent)."""
+    assert shape.key is not None
     changed = net.frame.where(F.col(CHANGE).isNotNull())
     source = changed.select(
-        *[quote(c) for c in shape.identity + shape.value_columns],
+        *[quote(c) for c in shape.key + shape.rest],
         (F.col(CHANGE) != "delete").alias(PRESENT),
     ).persist()
     cached.append(source)
     return maybe_broadcast(source, source.count())
+
+
+def _null_safe_join(left: DataFrame, right: DataFrame, columns: list[str], how: str) -> DataFrame:
+    """``left`` semi- or anti-joined with ``right`` on ``columns``, nulls matching nulls (pkey values may
+    be null, and the pkey check counts them as one value)."""
+    a, b = left.alias("_fkjoin_l"), right.alias("_fkjoin_r")
+    on = reduce(
+        lambda x, y: x & y,
+        [F.col(f"_fkjoin_l.{quote(c)}").eqNullSafe(F.col(f"_fkjoin_r.{quote(c)}")) for c in columns],
+    )
+    return a.join(b, on, how)
+
+
+def _culprits(shape: MultiWayShape, rows: list[dict[str, Any]]) -> list[str]:
+    """The inputs whose part differs among ``rows``, which share a pkey: by identity where the rows carry
+    it (a full rebuild's join), else by the columns each input shows."""
+    found = []
+    for item in shape.inputs:
+        columns = [hidden for _, hidden in item.identity]
+        if not rows or any(c not in row for row in rows for c in columns):
+            columns = [name for _, name in item.shown]
+        if len({tuple(row.get(c) for c in columns) for row in rows}) > 1:
+            found.append(item.name)
+    return found
+
+
+def row_hash(columns: list[str]) -> Column:
+    """A keyless output row's hash: SHA-256 of the row as JSON (equal rows, nulls included, hash equal).
+
+    >>> row_hash(["biz_id", "stars"])  # doctest: +SKIP
+    Column<'sha2(to_json(struct(biz_id, stars)), 256)'>
+    """
+    return F.sha2(F.to_json(F.struct(*[F.col(quote(c)) for c in columns])), 256)
+
+
+def _copy_changes(old: DataFrame, new: DataFrame, columns: list[str]) -> NetChanges:
+    """A keyless output's net changes: per distinct row, the copies to delete or insert.
+
+    With ``m`` old and ``n`` new copies of a row among the changed identities, copies ``1..min(m, n)``
+    stay (checked, not written), ``n+1..m`` are deleted, and ``n-m`` new copies are inserted. A copy is
+    keyed by ``_fkjoin_row_hash`` (:func:`row_hash`) and ``_fkjoin_copy``, its number among the output's
+    equal rows in file order (``derive_key``: located copies are 1, 2, ...; inserted ones are numbered
+    below zero and never located). The commit's proof then checks that the output holds at least the
+    ``m`` copies the inputs say, and deletes the first of them.
+
+    >>> _copy_changes(old, new, ["biz_id", "stars"]).deleted  # doctest: +SKIP
+    2
+    """
+    had, has, step = "_fkjoin_had", "_fkjoin_has", "_fkjoin_step"
+
+    def counted(frame: DataFrame, count: str, alias: str) -> DataFrame:
+        return (
+            frame.select(*[quote(c) for c in columns])
+            .withColumn(ROW_HASH, row_hash(columns))
+            .groupBy(ROW_HASH)
+            .agg(
+                F.count(F.lit(1)).cast("int").alias(count), *[F.any_value(quote(c)).alias(c) for c in columns]
+            )
+            .alias(alias)
+        )
+
+    o, n = counted(old, had, "o"), counted(new, has, "n")
+    joined = o.join(n, F.col(f"o.{ROW_HASH}") == F.col(f"n.{ROW_HASH}"), "full_outer")
+    in_new = F.col(f"n.{ROW_HASH}").isNotNull()
+    m_old, m_new = F.coalesce(F.col(f"o.{had}"), F.lit(0)), F.coalesce(F.col(f"n.{has}"), F.lit(0))
+    steps = joined.select(
+        F.coalesce(F.col(f"n.{ROW_HASH}"), F.col(f"o.{ROW_HASH}")).alias(ROW_HASH),
+        *[F.when(in_new, F.col(f"n.{quote(c)}")).otherwise(F.col(f"o.{quote(c)}")).alias(c) for c in columns],
+        m_old.alias(had),
+        m_new.alias(has),
+        F.explode(F.sequence(F.lit(1), F.greatest(m_old, m_new))).alias(step),
+    )
+    i, was, now = F.col(step), F.col(had), F.col(has)
+    located = i <= was
+    change = (
+        F.when(located & (i <= now), F.lit(None).cast("string"))
+        .when(located, F.lit("delete"))
+        .otherwise(F.lit("insert"))
+    )
+    classified = steps.select(
+        ROW_HASH,
+        F.when(located, i).otherwise(-i).alias(COPY),
+        *[F.when(~located | (i <= now), F.col(quote(c))).alias(c) for c in columns],
+        *[F.when(located, F.col(quote(c))).alias(PRE_IMAGE + c) for c in columns],
+        change.alias(CHANGE),
+        located.cast("int").alias(EXPECTED),
+    )
+    net = counted_changes(classified, [ROW_HASH, COPY])
+
+    def derive_key(live: DataFrame) -> DataFrame:
+        wanted = net.frame.where(F.col(EXPECTED) == 1).select(ROW_HASH).distinct()
+        hashed = live.withColumn(ROW_HASH, row_hash(columns)).join(
+            maybe_broadcast(wanted, net.keys), on=ROW_HASH, how="left_semi"
+        )
+        order = Window.partitionBy(ROW_HASH).orderBy("_fkjoin_file", "_fkjoin_row")
+        return hashed.withColumn(COPY, F.row_number().over(order))
+
+    net.derive_key = derive_key
+    return net
+
+
+def _column_types(frame: DataFrame) -> list[tuple[str, str]]:
+    return [(f.name, f.dataType.simpleString()) for f in frame.schema.fields]

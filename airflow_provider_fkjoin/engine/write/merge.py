@@ -332,16 +332,19 @@ def merge_output(
     request: CommitRequest,
     *,
     delete_unmatched: bool = False,
+    null_safe: bool = False,
 ) -> Commit:
     """Reconcile the output with ``source`` in one MERGE commit.
 
     ``source`` holds the key, the value columns and ``_fkjoin_present``. With ``delete_unmatched`` (a full
-    rebuild) every output key missing from ``source`` is deleted as well.
+    rebuild) every output key missing from ``source`` is deleted as well. ``null_safe`` keys (a declared
+    ``pkey`` may hold nulls) match with ``<=>``.
     """
     all_columns = key + value_columns
     require_writable_columns(all_columns)
     _require_same_columns(output, source, all_columns)
-    on = " AND ".join(f"t.{quote(c)} = s.{quote(c)}" for c in key)
+    equals = "<=>" if null_safe else "="
+    on = " AND ".join(f"t.{quote(c)} {equals} s.{quote(c)}" for c in key)
     if not delete_unmatched:
         prune = _key_prune_condition(source, key)
         if prune is not None:
@@ -380,7 +383,13 @@ def merge_output(
 
 
 def write_full_output(
-    output: DeltaHandle, rows: DataFrame, key: list[str], value_columns: list[str], request: CommitRequest
+    output: DeltaHandle,
+    rows: DataFrame,
+    key: list[str],
+    value_columns: list[str],
+    request: CommitRequest,
+    *,
+    null_safe: bool = False,
 ) -> Commit:
     """Make the output hold exactly ``rows`` (a full rebuild) in one commit.
 
@@ -396,7 +405,9 @@ def write_full_output(
     same = _column_types(output.read().schema) == _column_types(rows.schema)
     if same:
         source = rows.withColumn(PRESENT, F.lit(True))
-        return merge_output(output, source, key, value_columns, request, delete_unmatched=True)
+        return merge_output(
+            output, source, key, value_columns, request, delete_unmatched=True, null_safe=null_safe
+        )
     return replace_output(output, rows, key, request)
 
 

@@ -34,7 +34,9 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import reduce
 from typing import Any
 
 from pyspark import StorageLevel
@@ -87,6 +89,11 @@ class NetChanges:
     deleted: int
     keys: int = 0
     proof: KeyProof | None = None
+    #: Keys compare null-safe (a declared ``pkey`` may hold nulls); input keys never do.
+    null_safe: bool = False
+    #: For an output that does not store its key: computes the key columns on the output's rows (which
+    #: carry ``_fkjoin_file`` and ``_fkjoin_row``), e.g. a keyless output's row hash and copy number.
+    derive_key: Callable[[DataFrame], DataFrame] | None = None
 
     @property
     def total(self) -> int:
@@ -103,6 +110,7 @@ def net_changes(
     value_columns: list[str],
     *,
     keep_unchanged: bool = True,
+    null_safe: bool = False,
 ) -> NetChanges:
     """Classify each key of ``old`` (previous output rows) and ``new`` (its rows after this refresh).
 
@@ -110,14 +118,12 @@ def net_changes(
     a delete, and in both an update only when a value differs (``values_equal``, so maps and variants
     compare by value). Unchanged keys stay in the frame (no change) so the commit can check that the
     output holds them as the inputs say. One job materialises the frame and counts the changes.
+    ``null_safe`` keys (a declared ``pkey`` column may be null) compare with ``<=>``.
     """
     types = {f.name: f.dataType for f in new.schema.fields}
     o = old.select(*[quote(c) for c in key + value_columns]).withColumn(_OLD, F.lit(True)).alias("o")
     n = new.select(*[quote(c) for c in key + value_columns]).withColumn(_NEW, F.lit(True)).alias("n")
-    on = None
-    for column in key:
-        term = F.col(f"o.{quote(column)}") == F.col(f"n.{quote(column)}")
-        on = term if on is None else on & term
+    on = _key_condition("o", "n", key, null_safe)
     joined = o.join(n, on, "full_outer")
     same = F.expr(values_equal("o", "n", [(c, types[c]) for c in value_columns]))
     had, has = F.col(f"o.{_OLD}").isNotNull(), F.col(f"n.{_NEW}").isNotNull()
@@ -131,6 +137,13 @@ def net_changes(
     )
     if not keep_unchanged:
         classified = classified.where(F.col(CHANGE).isNotNull())
+    return counted_changes(classified, key, null_safe=null_safe)
+
+
+def counted_changes(classified: DataFrame, key: list[str], *, null_safe: bool = False) -> NetChanges:
+    """Net changes from a frame already classified as :func:`net_changes` classifies (key, post-image
+    values, ``_fkjoin_pre_`` values, ``_fkjoin_change``, ``_fkjoin_expected``): cached, with one job
+    counting each kind of change and taking the key proof (:class:`KeyProof`)."""
     frame = classified.persist(StorageLevel.MEMORY_AND_DISK)
     with_hashes = frame.select(*key_hashes(key), F.col(CHANGE), F.col(EXPECTED))
     expected = F.col(EXPECTED) == 1
@@ -151,7 +164,19 @@ def net_changes(
         int(totals["delete"]),
         int(totals["keys"]),
         KeyProof(int(totals["expected"]), *[totals[h] or 0 for h in HASHES]),
+        null_safe=null_safe,
     )
+
+
+def _key_condition(left: str, right: str, key: list[str], null_safe: bool) -> Column:
+    """``left.k = right.k`` for every key column (``<=>`` when ``null_safe``)."""
+    terms = [
+        F.col(f"{left}.{quote(c)}").eqNullSafe(F.col(f"{right}.{quote(c)}"))
+        if null_safe
+        else F.col(f"{left}.{quote(c)}") == F.col(f"{right}.{quote(c)}")
+        for c in key
+    ]
+    return reduce(lambda a, b: a & b, terms)
 
 
 #: Two independent 64-bit hashes of a key, summed as decimals: the fingerprint of a set of keys.
@@ -216,7 +241,10 @@ def commit_net_changes(
         raise MergeRequired(unavailable)
     live = output.read_with_positions(expected_version)
     table_columns = [c for c in live.columns if c not in ROW_POSITION_COLUMNS]
-    _require_columns(output, live, changes.frame, table_columns)
+    derived = key if changes.derive_key is not None else []
+    _require_columns(output, live, changes.frame.drop(*derived), table_columns)
+    if changes.derive_key is not None:
+        live = changes.derive_key(live)
     views = _Views(spark)
     token = None
     try:
@@ -291,8 +319,17 @@ def _located(live: DataFrame, changes: NetChanges, key: list[str]) -> DataFrame:
     ``_fkjoin_row``, change, expected rows): the JVM side writes deletion vectors from it and checks
     the proof (:class:`KeyProof`) on the same pass."""
     wanted = changes.frame.select(*key_hashes(key), CHANGE, EXPECTED)
-    return live.select(*[quote(c) for c in key], "_fkjoin_file", "_fkjoin_row").join(
-        maybe_broadcast(wanted, changes.keys), on=key, how="inner"
+    rows = live.select(*[quote(c) for c in key], "_fkjoin_file", "_fkjoin_row")
+    if not changes.null_safe:
+        return rows.join(maybe_broadcast(wanted, changes.keys), on=key, how="inner")
+    found, sought = rows.alias("l"), maybe_broadcast(wanted, changes.keys).alias("w")
+    return found.join(sought, _key_condition("l", "w", key, True), "inner").select(
+        *[F.col(f"l.{quote(c)}").alias(c) for c in key],
+        "l._fkjoin_file",
+        "l._fkjoin_row",
+        *[F.col(f"w.{h}").alias(h) for h in HASHES],
+        F.col(f"w.{CHANGE}").alias(CHANGE),
+        F.col(f"w.{EXPECTED}").alias(EXPECTED),
     )
 
 

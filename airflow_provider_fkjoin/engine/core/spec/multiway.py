@@ -171,7 +171,8 @@ class MultiWayOutputRef(OutputRef):
         default=None,
         description=(
             "The output columns that should identify a row, checked on every refresh (see "
-            "`enforce_pkey`). One column may be given as a string. Optional."
+            "`enforce_pkey`); when unique, the output's key, so each refresh changes at most one row per "
+            "pkey value. One column may be given as a string. Optional."
         ),
         examples=[["biz_id", "review_id"]],
     )
@@ -197,8 +198,9 @@ class MultiWayOutputRef(OutputRef):
 
 class MultiWayJoinSpec(_KindSpec):
     """Yelp Joinery's N-way un-windowed inner join (``docs/kinds/multiway-join.md``): 2 to 8 keyed
-    inputs joined on their ``join_keys`` (by position), 1:1, 1:N or N:M. Each output row is identified by
-    its inputs' primary keys, kept in hidden ``_fkjoin_id__<input>__<column>`` columns (the merge key).
+    inputs joined on their ``join_keys`` (by position), 1:1, 1:N or N:M. The output holds the shown fields
+    only; it is keyed by ``output.pkey`` when that is unique, else by the columns showing every input's key,
+    else it is a multiset of rows (``docs/kinds/multiway-join.md#output-key``).
 
     Example (a business's reviews, with its owner)::
 
