@@ -71,6 +71,7 @@ def race(workers: list[RefreshWorker], spec: dict) -> list[dict]:
     return [worker.receive() for worker in workers]
 
 
+@pytest.mark.timeout(1800)  # 20 races of two drivers: about 10 minutes on a busy 2-core machine
 def test_racing_refreshes_from_two_drivers_land_one_commit_each_time(
     s3: S3Server, s3_spark, dynamodb: DynamoDBServer, workers: list[RefreshWorker]
 ) -> None:

@@ -107,7 +107,7 @@ class RefreshWorker:
         self.process.stdin.write(json.dumps(command) + "\n")
         self.process.stdin.flush()
 
-    def receive(self, timeout_s: float = 900.0) -> dict[str, Any]:
+    def receive(self, timeout_s: float = 600.0) -> dict[str, Any]:
         """The worker's next answer (``timeout_s`` only bounds a hung worker; it is no synchronisation)."""
         try:
             answer = self._answers.get(timeout=timeout_s)
