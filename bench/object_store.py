@@ -74,6 +74,20 @@ def _kind(method: str, query: str) -> str:
     return "head" if method == "HEAD" else "write"
 
 
+def phase_split(result: dict[str, Any]) -> dict[str, float]:
+    """Seconds spent reaching each phase from the one before (the result's ``phases`` are seconds from the
+    refresh's start), and ``rest``: after the last phase to the end.
+
+    >>> phase_split({"phases": {"pinned": 0.5, "changes_read": 1.25}, "duration_s": 2.0})
+    {'pinned': 0.5, 'changes_read': 0.75, 'rest': 0.75}
+    """
+    split, before = {}, 0.0
+    for name, at in sorted(result.get("phases", {}).items(), key=lambda item: item[1]):
+        split[name], before = round(at - before, 3), at
+    split["rest"] = round(result["duration_s"] - before, 3)
+    return split
+
+
 def run_one(spark, root: str, size_name: str, repeat: int, server: Any | None) -> dict[str, Any]:
     from airflow_provider_fkjoin.engine import run_spec
 
@@ -88,9 +102,10 @@ def run_one(spark, root: str, size_name: str, repeat: int, server: Any | None) -
         "output": {"path": f"{root}/out"},
     }
     started = time.perf_counter()
-    assert run_spec(spec, spark=spark)["mode"] == "full"
+    full = run_spec(spec, spark=spark)
     full_s = time.perf_counter() - started
-    incremental, requests = [], []
+    assert full["mode"] == "full", full
+    incremental, requests, phases, paths_taken = [], [], [], []
     for step in range(1, repeat + 1):
         _change(spark, paths, size, step)
         mark = server.mark() if server else 0
@@ -98,10 +113,14 @@ def run_one(spark, root: str, size_name: str, repeat: int, server: Any | None) -
         result = run_spec(spec, spark=spark)
         incremental.append(time.perf_counter() - started)
         assert result["mode"] == "incremental", result
+        phases.append(phase_split(result))
+        paths_taken.append(f"{result.get('write_path')}/{result.get('strategy', {}).get('chosen')}")
         if server:
             requests.append(dict(Counter(_kind(r.method, r.query) for r in server.requests(mark))))
-    return {"full_s": round(full_s, 2), "incremental_s": [round(s, 2) for s in incremental],
-            "incremental_median_s": round(median(incremental) or 0, 2), "requests": requests}  # fmt: skip
+    return {"full_s": round(full_s, 2), "full_phases": phase_split(full),
+            "incremental_s": [round(s, 2) for s in incremental],
+            "incremental_median_s": round(median(incremental) or 0, 2), "incremental_phases": phases,
+            "write_path/strategy": paths_taken, "requests": requests}  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:

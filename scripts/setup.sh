@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Set up a development environment in the repo: .venv with the pinned packages (constraints.txt), the
 # package installed editable, Delta's jars fetched from Maven Central into .jars/ (once; later runs are
-# offline), Hadoop's S3A connector into .jars/s3a/, the engine's JVM side (jvm/) compiled into its jar,
-# and a class archive that starts Spark drivers faster (fkjoin jvm-archive). Re-running is fast: each step
-# is skipped when its inputs have not changed.
+# offline), Hadoop's S3A connector and Delta's DynamoDB log store into .jars/s3a/, the engine's JVM side
+# (jvm/) compiled into its jar, and a class archive that starts Spark drivers faster (fkjoin jvm-archive).
+# Re-running is fast: each step is skipped when its inputs have not changed.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -38,9 +38,12 @@ if [ "$(cat "$jars_stamp" 2>/dev/null)" != "$jars_want" ]; then
 fi
 
 # Hadoop's S3A connector and the AWS SDK modules it needs, in .jars/s3a/ (drivers load them when there:
-# s3a:// tables), then Delta's DynamoDB log store for multi-cluster writers when the repository has it.
+# s3a:// tables), and Delta's DynamoDB log store for more than one driver writing a table: the AWS SDK v1
+# DynamoDB client it uses from Maven Central, the log store itself built from third_party/ (the Maven
+# repository has no delta-storage-s3-dynamodb).
 s3a_stamp=".jars/s3a/.stamp"
-s3a_want="$(cat scripts/s3a-jars.pom.xml scripts/s3-dynamodb-logstore.pom.xml | sha256sum | cut -d' ' -f1)"
+s3a_want="$( (cat scripts/s3a-jars.pom.xml scripts/s3-dynamodb-logstore.pom.xml scripts/build-dynamodb-logstore.sh;
+  find third_party/delta-storage-s3-dynamodb -type f | sort | xargs cat) | sha256sum | cut -d' ' -f1)"
 if [ "$(cat "$s3a_stamp" 2>/dev/null)" != "$s3a_want" ]; then
   echo "setup: fetching the S3A connector and its AWS SDK modules from Maven Central into .jars/s3a/" >&2
   rm -rf .jars/s3a
@@ -50,8 +53,8 @@ if [ "$(cat "$s3a_stamp" 2>/dev/null)" != "$s3a_want" ]; then
     -DexcludeArtifactIds=netty-nio-client \
     -DoutputDirectory="$root/.jars/s3a" >&2
   mvn -B -q -f scripts/s3-dynamodb-logstore.pom.xml dependency:copy-dependencies \
-    -DoutputDirectory="$root/.jars/s3a" >/dev/null 2>&1 \
-    || echo "setup: Delta's DynamoDB log store (io.delta:delta-storage-s3-dynamodb) is not in the Maven repository: multi-cluster S3 writes are not set up (docs/storage/s3.md)" >&2
+    -DincludeScope=runtime -DincludeGroupIds=com.amazonaws -DoutputDirectory="$root/.jars/s3a" >&2
+  PYTHON="$root/.venv/bin/python" "$root/scripts/build-dynamodb-logstore.sh"
   echo "$s3a_want" > "$s3a_stamp"
 fi
 
