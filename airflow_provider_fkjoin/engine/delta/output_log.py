@@ -17,10 +17,11 @@ def read_output_log(output: DeltaHandle) -> OutputLog:
     """Read the output's progress, others' changes since it, and the refresh sequence (see OutputLog)."""
     if not output.exists():
         return OutputLog(None, None, transaction_app_id(output.ref.identity), 0, None)
-    state = output.state(with_size=True)
-    app_id = transaction_app_id(state.table_id)
     # read when called, not imported: a test lowers it to reach the path past the scanned history
-    scan = scan_history(output.history(progress.HISTORY_SCAN), output.location)
+    history = output.history(progress.HISTORY_SCAN)
+    state = output.state(with_size=True, version=history[0]["version"] if history else None)
+    app_id = transaction_app_id(state.table_id)
+    scan = scan_history(history, output.location)
     recorded = output.transaction_version(app_id) or 0
     last_seq = max(recorded, scan.progress.seq if scan.progress else 0)
     return OutputLog(

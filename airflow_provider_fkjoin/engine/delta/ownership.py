@@ -55,16 +55,17 @@ def check_ownership(spark: SparkSession, spec: Any) -> Ownership:
                 "place, or one is inside the other: a refresh would overwrite or corrupt the input; "
                 "write the output to a location of its own"
             )
-    if not output.exists():
+    state = output.metadata()
+    if state is None:
         if output.holds_other_files():
             raise SpecError(
                 f"output.path: {output.location} is not a Delta table but already holds files; the engine "
                 "only creates its output in an empty or new location: choose another path"
             )
         return Ownership(owner, claim=False)
-    state = output.state()
     for side, handle in inputs.items():
-        if handle.exists() and handle.state().table_id == state.table_id:
+        metadata = handle.metadata()
+        if metadata is not None and metadata.table_id == state.table_id:
             raise SpecError(
                 f"output.path: the output {output.location} is the same Delta table as {side} "
                 f"({handle.location}, table id {state.table_id}); write the output to a location of its own"

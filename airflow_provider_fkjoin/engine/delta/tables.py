@@ -173,6 +173,14 @@ class TableState:
         return self.properties.get("delta.enableChangeDataFeed", "false").lower() == "true"
 
 
+@dataclass(frozen=True)
+class TableMetadata:
+    """A Delta table's id and properties: what stays the same from version to version."""
+
+    table_id: str
+    properties: dict[str, str]
+
+
 class DeltaHandle:
     """A Delta table named in a spec, with the reads a refresh needs.
 
@@ -260,14 +268,38 @@ class DeltaHandle:
         if local is not None:
             return (local / "_delta_log").is_dir() and any((local / "_delta_log").glob("*.json"))
         if self.ref.path is not None:
-            try:
-                self.detail()
-            except AnalysisException as error:
-                if _condition(error) in _NOT_A_TABLE:
-                    return False
-                raise
-            return True
+            return self._detail_if_table() is not None
         return self.spark.catalog.tableExists(self.ref.name)
+
+    def _detail_if_table(self) -> dict[str, Any] | None:
+        """:meth:`detail` of a path, or None when no Delta table is there."""
+        try:
+            return self.detail()
+        except AnalysisException as error:
+            if _condition(error) in _NOT_A_TABLE:
+                return None
+            raise
+
+    def metadata(self) -> TableMetadata | None:
+        """The table's id and properties, or None when there is no table: what the ownership check
+        compares, read without the version (which costs a read of the newest commit on an object store).
+
+        >>> DeltaHandle(spark, TableRef(path="s3a://lake/orders"), "left").metadata().table_id
+        'f3b0c2d6-...'
+        """
+        local = self.local_path
+        if local is not None:
+            if not self.exists():
+                return None
+            metadata = self._opened_log(local).metadata()
+            return TableMetadata(str(metadata.id), dict(metadata.configuration))
+        if self.ref.path is not None:
+            detail = self._detail_if_table()
+        else:
+            detail = self.detail() if self.exists() else None
+        if detail is None:
+            return None
+        return TableMetadata(str(detail["id"]), dict(detail["properties"] or {}))
 
     def detail(self) -> dict[str, Any]:
         """Delta's ``DESCRIBE DETAIL`` of the table: id, location, properties, sizeInBytes, numFiles..."""
@@ -295,11 +327,13 @@ class DeltaHandle:
             table.update_incremental()
         return table
 
-    def state(self, *, with_size: bool = False) -> TableState:
+    def state(self, *, with_size: bool = False, version: int | None = None) -> TableState:
         """The latest version, table id and properties, read from the Delta log (no data scan); with
         ``with_size``, the bytes of its data files too (a table read through Spark always has them).
 
         Local tables are read with ``deltalake`` (milliseconds, no Spark job); others through Spark.
+        ``version``, when the caller has just read the newest commit's (from :meth:`history`), spares a
+        table not on local disk that read.
         """
         local = self.local_path
         if local is not None:
@@ -312,7 +346,8 @@ class DeltaHandle:
                 size_bytes=data_file_bytes(table) if with_size else None,
             )
         detail = self.detail()
-        version = self.history(1)[0]["version"]
+        if version is None:
+            version = self.history(1)[0]["version"]
         size = detail.get("sizeInBytes")
         return TableState(
             version=int(version),
