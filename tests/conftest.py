@@ -70,6 +70,9 @@ def spark():
             # needing contiguous free regions, and a broadcast build once failed in a full run with
             # "Not enough memory to build and broadcast" (a subset's heap stays under 1 GB after GC)
             "spark.buffer.pageSize": "8m",
+            # VACUUM lists and deletes in a job of this many tasks (Spark's default: 10,000), 25-40 s on
+            # a two-file table here; the vacuumed-history tests take 1-3 s with it
+            "spark.sql.sources.parallelPartitionDiscovery.parallelism": "2",
             # S3A configured (servers on 127.0.0.1 serve buckets by path), so the session loads the S3A
             # connector's jars for tests/objectstore
             "spark.hadoop.fs.s3a.path.style.access": "true",
