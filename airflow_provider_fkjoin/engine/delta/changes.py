@@ -164,11 +164,17 @@ def changed_keys_of(requests: list[FeedRequest]) -> list[ChangedKeys]:
 
 
 def _grouped_feed(request: FeedRequest) -> DataFrame:
-    """The feed grouped by key (cached when first computed): rows, live rows, first and last images."""
+    """The feed grouped by key (cached when first computed): rows, live rows, inserts less deletes
+    (``_fkjoin_net``), first and last images."""
     key, image_columns = request.key, request.image_columns
     feed = request.table.changes(request.after, request.to)
     live = F.col("_change_type").isin(*LIVE_CHANGE_TYPES).cast("long")
-    aggregates = [F.count(F.lit(1)).alias("_fkjoin_rows"), F.sum("_fkjoin_live").alias("_fkjoin_live")]
+    net = F.when(F.col("_change_type") == "insert", 1).when(F.col("_change_type") == "delete", -1)
+    aggregates = [
+        F.count(F.lit(1)).alias("_fkjoin_rows"),
+        F.sum("_fkjoin_live").alias("_fkjoin_live"),
+        F.sum(F.coalesce(net, F.lit(0))).alias("_fkjoin_net"),
+    ]
     if image_columns is not None:
         before = F.when(F.col("_change_type").isin(*PRE_IMAGE_TYPES), 0).otherwise(1)
         packed = F.struct(

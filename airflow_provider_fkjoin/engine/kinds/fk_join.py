@@ -54,10 +54,11 @@ from ..delta.tables import (
     pinned_input,
     require_columns,
 )
+from ..delta.warm_state import SideVersions, WarmLookup, WarmState
 from ..refresh.skeleton import KindRefresh, Recomputed, RefreshContext, Written
 from ..runtime.expressions import analysed, check_expressions, schema_probe
 from ..write.merge import PRESENT, Commit, CommitRequest, write_full_output
-from ..write.net_changes import NetChanges, net_changes
+from ..write.net_changes import CHANGE, NetChanges, net_changes
 
 SIDES = ("left", "right")
 FK_PREFIX = "_fkjoin_fk"
@@ -281,12 +282,14 @@ class Affected:
     keys: DataFrame
     checks: tuple[KeyedRows, ...] = ()
     previous_left: DataFrame | None = None
+    #: The left rows re-joined, when known without a check (a warm state's lookup counted them).
+    rejoined: int = 0
 
     def verify(self) -> int:
         """Fail on duplicate keys among the rows read (nothing is written yet); the left rows re-joined.
         Call it after the action that read ``joined``."""
         counts = [check.verify() for check in self.checks]
-        return counts[0] if counts else 0
+        return counts[0] if counts else self.rejoined
 
 
 def _rows(
@@ -326,12 +329,16 @@ class ForeignKeyJoinRefresh(KindRefresh):
     #: What ``prepare`` resolved, read by every step: each side's pinned version, each side as the
     #: join reads it, and the join's columns.
     to_versions: dict[str, int]
+    table_ids: dict[str, str]
     sides: dict[str, JoinInput]
     shape: FkJoinShape
+    #: The result's ``warm_state`` (with ``warm_state: true`` in the spec): used, why not, built.
+    warm_report: dict[str, Any] | None = None
 
     def prepare(self, states: dict[str, TableState]) -> dict[str, InputState]:
         spec, handles = self.spec, self.handles
         self.to_versions = {side: state.version for side, state in states.items()}
+        self.table_ids = {side: state.table_id for side, state in states.items()}
         self.sides = {side: read_input(getattr(spec, side), handles[side], states[side]) for side in SIDES}
         self.shape = resolve_shape(
             spec, handles["left"], handles["right"], self.sides["left"].rows, self.sides["right"].rows
@@ -353,6 +360,63 @@ class ForeignKeyJoinRefresh(KindRefresh):
 
     def noop_rows(self) -> dict[str, Any]:
         return _rows()
+
+    @property
+    def warm(self) -> bool:
+        """Whether the spec keeps a warm state (``warm_state: true``)."""
+        return bool(getattr(self.spec, "warm_state", False))
+
+    def preferred_strategy(self) -> tuple[str, str] | None:
+        if not self.warm:
+            return None
+        return "incremental", "warm_state: true in the spec: the incremental plan looks up what it would scan"
+
+    def result_fields(
+        self, refresh: RefreshContext, plan: RefreshPlan, output_version: int
+    ) -> dict[str, Any]:
+        if not self.warm:
+            return {}
+        report = self.warm_report or {"used": False, "reason": "nothing was committed"}
+        return {"warm_state": report}
+
+    def committed(self, refresh: RefreshContext, plan: RefreshPlan, commit: Commit) -> None:
+        """With a warm state that this refresh did not advance, build it at the versions just committed."""
+        if not self.warm or (self.warm_report or {}).get("advanced"):
+            return
+        report = self.warm_report or {"used": False, "reason": f"a {plan.mode} refresh"}
+        self.warm_report = report
+        if any(side.changelog is not None for side in self.sides.values()):
+            report["built"] = {"status": "refused", "reason": "a changelog input has no warm state"}
+            return
+        warm = WarmState(self.spark, self.output)
+        unavailable = warm.available()
+        if unavailable is not None:
+            report["built"] = {"status": "refused", "reason": unavailable}
+            return
+        phase("warm_state_built")
+        shape, sides = self.shape, self.sides
+        output = self.output.state()
+        try:
+            answer = warm.build(
+                output.table_id,
+                output.version,
+                (
+                    self.table_ids["left"],
+                    self.to_versions["left"],
+                    _with_fk(sides["left"].rows, shape),
+                    list(shape.left_key),
+                    list(shape.fk_columns),
+                ),
+                (
+                    self.table_ids["right"],
+                    self.to_versions["right"],
+                    sides["right"].rows.where(~key_is_null(shape.right_key)),
+                    list(shape.right_key),
+                ),
+            )
+        finally:
+            warm.release()
+        report["built"] = {k: v for k, v in answer.items() if k != "protocol"}
 
     def incremental(self, refresh: RefreshContext, plan: RefreshPlan) -> Written:
         return Written(*self._incremental(plan, refresh))
@@ -428,9 +492,11 @@ class ForeignKeyJoinRefresh(KindRefresh):
             raise
         cached: list[DataFrame] = []
         net: NetChanges | None = None
+        warm = WarmState(self.spark, self.output) if self.warm and direct else None
         try:
             phase("changes_read")
-            affected = self._affected(left_changes, right_changes, cached)
+            found = self._warm_lookup(warm, plan, refresh, left_changes, right_changes) if warm else None
+            affected = self._affected(left_changes, right_changes, cached, found)
             if direct:
                 old = self._previous_output(affected, left_changes, right_changes)
                 net = net_changes(old, affected.joined, shape.left_key, shape.value_columns)
@@ -443,8 +509,15 @@ class ForeignKeyJoinRefresh(KindRefresh):
                 recomputed = affected.verify()
                 return source
 
-            commit = refresh.write(net, shape.left_key, shape.value_columns, request, merge_source)
+            positions = found.positions if found is not None else None
+            commit = refresh.write(
+                net, shape.left_key, shape.value_columns, request, merge_source, positions=positions
+            )
+            if warm is not None and found is not None and net is not None:
+                self._warm_advance(warm, found, commit, net)
         finally:
+            if warm is not None:
+                warm.release()
             if net is not None:
                 net.release()
             for frame in cached:
@@ -463,18 +536,96 @@ class ForeignKeyJoinRefresh(KindRefresh):
         )
         return commit, rows
 
+    def _warm_lookup(
+        self,
+        warm: WarmState,
+        plan: RefreshPlan,
+        refresh: RefreshContext,
+        left_changes: ChangedKeys,
+        right_changes: ChangedKeys,
+    ) -> WarmLookup | None:
+        """The warm state's answer for this refresh's changes, or None (the report says why) when it
+        cannot serve: the refresh then scans, and builds the state again after its commit."""
+        unavailable = warm.available()
+        if unavailable is not None:
+            self.warm_report = {"used": False, "reason": unavailable}
+            return None
+        shape = self.shape
+        assert refresh.log.table_id is not None and refresh.log.latest_version is not None
+        versions = {
+            side: SideVersions(
+                self.table_ids[side],
+                plan.from_versions[side] or 0,
+                self.to_versions[side],
+            )
+            for side in SIDES
+        }
+        left_after = None if left_changes.after is None else _with_fk(left_changes.after, shape)
+        found = warm.lookup(
+            refresh.log.table_id,
+            refresh.log.latest_version,
+            versions["left"],
+            versions["right"],
+            (left_changes, left_after),
+            (right_changes, right_changes.after),
+        )
+        if isinstance(found, str):
+            self.warm_report = {"used": False, "reason": found}
+            return None
+        self.warm_report = {"used": True, "reason": None, "lookup": found.counts}
+        return found
+
+    def _warm_advance(self, warm: WarmState, found: WarmLookup, commit: Commit, net: NetChanges) -> None:
+        """Bring the warm state to this refresh's commit, or drop it when the commit is not one the state
+        can follow (written by MERGE)."""
+        report = self.warm_report
+        assert report is not None
+        if commit.write_path != "net_changes":
+            warm.drop()
+            report["reason"] = "the refresh was written by MERGE: the state is built again"
+            return
+        removed = net.frame.where(F.col(CHANGE).isin("update", "delete")).select(
+            *[quote(c) for c in self.shape.left_key]
+        )
+        problem = warm.advance(
+            found.token, commit.version, removed if net.updated + net.deleted else None, commit.added_files
+        )
+        if problem is None:
+            report["advanced"] = True
+        else:
+            report["reason"] = f"the state could not follow the commit ({problem}): it is built again"
+
     def _affected(
-        self, left_changes: ChangedKeys, right_changes: ChangedKeys, cached: list[DataFrame]
+        self,
+        left_changes: ChangedKeys,
+        right_changes: ChangedKeys,
+        cached: list[DataFrame],
+        warm: WarmLookup | None = None,
     ) -> Affected:
         """The affected left keys (changed, or pointing at a changed right key) and their new output rows.
 
         Nothing runs here: the frames are cached when the action that computes the net changes (or the
-        MERGE source) first reads them, and their duplicate-key checks are observed on the way.
+        MERGE source) first reads them, and their duplicate-key checks are observed on the way. With a
+        ``warm`` lookup, the affected left rows and the right rows they need come from it (one row per
+        key, checked by the lookup), not from scans of the tables.
         """
         spec, shape, to_versions = self.spec, self.shape, self.to_versions
         left, right = self.sides["left"].handle, self.sides["right"].handle
         left_df, right_df = self.sides["left"].rows, self.sides["right"].rows
         left_key_cols = list(shape.left_key)
+        if warm is not None:
+            previous_left = None
+            if left_changes.before is not None:
+                previous_left = warm.left.join(
+                    left_changes.keys, on=shape.left_key, how="left_anti"
+                ).unionByName(_with_fk(left_changes.before, shape))
+            keys = warm.left.select(*left_key_cols)
+            if left_changes.count:
+                keys = keys.unionByName(left_changes.keys.select(*left_key_cols)).distinct()
+            joined = _join(warm.left, warm.right, shape, spec.how)
+            return Affected(
+                warm.left, warm.right, joined, keys, (), previous_left, rejoined=warm.counts["left_rows"]
+            )
         if left_changes.count == 0 and right_changes.count == 0:
             none = _with_fk(left_df.limit(0), shape)
             right_none = right_df.limit(0)

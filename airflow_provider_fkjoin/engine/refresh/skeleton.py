@@ -163,6 +163,8 @@ class RefreshContext:
         value_columns: list[str],
         request: CommitRequest,
         merge_source: Callable[[], DataFrame],
+        *,
+        positions: DataFrame | None = None,
     ) -> Commit:
         """The incremental commit, by the one route every kind takes: ``net`` (the net changes, when the
         kind computed them because :meth:`direct_write_possible`) committed without MERGE, else, or when
@@ -172,13 +174,19 @@ class RefreshContext:
         >>> commit.write_path  # doctest: +SKIP
         'net_changes'
         """
-        commit = self.commit_net_changes(net, key, request) if net is not None else None
+        commit = self.commit_net_changes(net, key, request, positions=positions) if net is not None else None
         if commit is None:
             commit = merge_output(self.output, merge_source(), key, value_columns, request)
         return commit
 
     def commit_net_changes(
-        self, changes: NetChanges, key: list[str], request: CommitRequest, *, merge_fallback: bool = True
+        self,
+        changes: NetChanges,
+        key: list[str],
+        request: CommitRequest,
+        *,
+        merge_fallback: bool = True,
+        positions: DataFrame | None = None,
     ) -> Commit | None:
         """Commit ``changes`` without MERGE (:func:`..write.net_changes.commit_net_changes`); None, with a
         warning, when that path cannot prove itself right and the kind must MERGE instead (without
@@ -193,6 +201,7 @@ class RefreshContext:
                 app_id=request.app_id,
                 seq=request.seq,
                 expected_version=self.log.latest_version,
+                positions=positions,
             )
         except MergeRequired as reason:
             if not merge_fallback:
@@ -214,6 +223,7 @@ class RefreshContext:
             changes.deleted,
             "net_changes",
             compacted=compacted,
+            added_files=committed.added,
         )
 
     def result(
@@ -419,6 +429,17 @@ class KindRefresh(ABC):
         Only keyed kinds, whose output is the join's rows by key, override it."""
         return None
 
+    def preferred_strategy(self) -> tuple[str, str] | None:
+        """The strategy this refresh takes under ``refresh_strategy: auto`` whatever the cost estimate
+        says, and why (a warm state makes the incremental plan's scans lookups); None: the estimate
+        decides."""
+        return None
+
+    def committed(self, refresh: RefreshContext, plan: RefreshPlan, commit: Commit) -> None:
+        """Called once the refresh committed (any path, before the result is built): a kind that keeps
+        state beside the output (a warm state) brings it up to the commit here."""
+        return None
+
     def allows_replace(self, options: RunOptions) -> bool:
         """Whether a full rebuild may replace an existing append-only output."""
         return options.full_refresh or bool(getattr(self.spec, "allow_full_replace", False))
@@ -562,6 +583,7 @@ def _write(
             plan = RefreshPlan("full", str(unavailable), dict.fromkeys(current))
         else:
             phase("committed")
+            kind.committed(refresh, plan, written.commit)
             if written.reason is not None:
                 plan = RefreshPlan(plan.mode, written.reason, plan.from_versions)
             result = kind.result(refresh, plan, written.commit, written.rows)
@@ -572,6 +594,7 @@ def _write(
         refuse_replacing_append_only(kind.identity.kind, kind.output, plan.reason, kind.replace_consequence)
     written = kind.full(refresh, plan)
     phase("committed")
+    kind.committed(refresh, plan, written.commit)
     return kind.result(refresh, plan, written.commit, written.rows)
 
 
@@ -584,6 +607,9 @@ def _strategy(
     if not kind.recompute_jobs:
         return None
     requested = getattr(kind.identity, "refresh_strategy", "auto")
+    preferred = kind.preferred_strategy() if requested == "auto" else None
+    if preferred is not None:
+        return {"chosen": preferred[0], "reason": preferred[1], "estimate": None}
     estimate, unknown = None, None
     if requested == "auto":
         estimate, unknown = _estimate(kind, refresh, plan, states)

@@ -70,6 +70,8 @@ class Commit:
     write_path: str = "merge"
     #: Whether the refresh compacted the output after its commit (:func:`.net_changes.compact_output`).
     compacted: bool = False
+    #: A net-change commit's new data files (absolute paths).
+    added_files: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

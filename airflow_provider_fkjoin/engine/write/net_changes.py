@@ -214,6 +214,8 @@ class NetCommit:
 
     version: int
     compact: bool
+    #: The data files the commit added (absolute paths): where its new rows are.
+    added: tuple[str, ...] = ()
 
 
 def commit_net_changes(
@@ -225,6 +227,7 @@ def commit_net_changes(
     app_id: str,
     seq: int,
     expected_version: int,
+    positions: DataFrame | None = None,
 ) -> NetCommit:
     """Apply ``changes`` to the output in one commit (see the module docstring); returns its version
     and whether the output's files now need compacting (:func:`compact_output`).
@@ -234,6 +237,10 @@ def commit_net_changes(
     vectors, new rows and change data, and ``commit`` commits them. Raises :class:`MergeRequired` when
     the session has no engine jar, the output is not at ``expected_version`` (the version the refresh
     planned against) or does not hold the keys the changes assume; nothing is committed then.
+
+    ``positions`` (key, ``_fkjoin_file``, ``_fkjoin_row``), when a warm state knows where the affected
+    keys are (:mod:`..delta.warm_state`), replaces the read of the output's keys; the proof is checked on
+    it all the same.
     """
     spark = output.spark
     unavailable = engine_procedure.unavailable_reason(spark)
@@ -243,7 +250,9 @@ def commit_net_changes(
     table_columns = [c for c in live.columns if c not in ROW_POSITION_COLUMNS]
     derived = key if changes.derive_key is not None else []
     _require_columns(output, live, changes.frame.drop(*derived), table_columns)
-    if changes.derive_key is not None:
+    if positions is not None:
+        live = positions
+    elif changes.derive_key is not None:
         live = changes.derive_key(live)
     views = _Views(spark)
     token = None
@@ -270,7 +279,7 @@ def commit_net_changes(
         with metadata_settings(spark, with_row_counts(user_metadata, counts)):
             committed = engine_procedure.call(spark, "commit", token=token)
         token = None
-        return NetCommit(int(committed["version"]), compact)
+        return NetCommit(int(committed["version"]), compact, tuple(committed.get("added", ())))
     except Exception as error:
         if internals.is_concurrent_modification(error):
             raise ConcurrentRefreshError(

@@ -23,6 +23,7 @@ import org.apache.spark.sql.delta.DeltaOperations;
 import org.apache.spark.sql.delta.OptimisticTransaction;
 import org.apache.spark.sql.delta.actions.Action;
 import org.apache.spark.sql.delta.actions.AddFile;
+import org.apache.spark.sql.delta.util.DeltaFileOperations;
 import org.apache.spark.sql.delta.actions.FileAction;
 import org.apache.spark.sql.delta.actions.SetTransaction;
 import org.apache.spark.sql.delta.commands.DMLWithDeletionVectorsHelper$;
@@ -87,21 +88,31 @@ public final class NetChangeCommit {
   private static final Map<String, String> ENDED = new ConcurrentHashMap<>();
   static final int ENDED_LIMIT = 10_000;
   private static final Map<String, Set<String>> FIELDS =
-      Map.of(
-          "describe", Set.of(),
-          "prepare",
+      Map.ofEntries(
+          Map.entry("describe", Set.of()),
+          Map.entry(
+              "prepare",
               Set.of(
-                  "output", "expected_version", "app_id", "seq", "located", "replaced", "rows", "proof"),
-          "commit", Set.of("token"),
-          "files", Set.of("path", "version", "view", "positions"),
-          "feed_size", Set.of("tables"),
-          "abort", Set.of("token"));
+                  "output", "expected_version", "app_id", "seq", "located", "replaced", "rows", "proof")),
+          Map.entry("commit", Set.of("token")),
+          Map.entry("files", Set.of("path", "version", "view", "positions")),
+          Map.entry("feed_size", Set.of("tables")),
+          Map.entry("abort", Set.of("token")),
+          Map.entry("warm_build", Set.of("state", "left", "right", "output", "max_rows")),
+          Map.entry("warm_lookup", Set.of("state", "left", "right", "output", "views")),
+          Map.entry("warm_advance", Set.of("state", "token", "output", "version", "removed", "added")),
+          Map.entry("warm_drop", Set.of("state")));
 
   private NetChangeCommit() {}
 
   /** One transaction prepared and not yet committed or aborted. */
   private record Prepared(
-      OptimisticTransaction transaction, List<Action> actions, String appId, long seq, long createdAt) {}
+      OptimisticTransaction transaction,
+      List<Action> actions,
+      String appId,
+      long seq,
+      long createdAt,
+      List<String> added) {}
 
   /** Answer one JSON request (see the class comment); errors are thrown as exceptions. */
   public static String handle(SparkSession spark, String requestJson) {
@@ -143,6 +154,8 @@ public final class NetChangeCommit {
       case "commit" -> commit(required(request, "token").asText(), answer);
       case "files" -> TableFiles.view(spark, request, answer);
       case "feed_size" -> TableFiles.feedSize(spark, request, answer);
+      case "warm_build", "warm_lookup", "warm_advance", "warm_drop" ->
+          WarmJoinState.handle(spark, action, request, answer);
       default -> {
         String token = required(request, "token").asText();
         if (PREPARED.remove(token) != null) {
@@ -254,11 +267,19 @@ public final class NetChangeCommit {
       }
     }
     JsonNode newRows = request.get("rows");
+    List<String> added = new ArrayList<>();
     if (newRows != null && !newRows.isNull()) {
-      actions.addAll(CollectionConverters.asJava(transaction.writeFiles(spark.table(newRows.asText()))));
+      String data = log.dataPath().toString();
+      for (Action written :
+          CollectionConverters.asJava(transaction.writeFiles(spark.table(newRows.asText())))) {
+        actions.add(written);
+        if (written instanceof AddFile file) {
+          added.add(DeltaFileOperations.absolutePath(data, file.path()).toString());
+        }
+      }
     }
     String token = UUID.randomUUID().toString();
-    PREPARED.put(token, new Prepared(transaction, actions, appId, seq, System.currentTimeMillis()));
+    PREPARED.put(token, new Prepared(transaction, actions, appId, seq, System.currentTimeMillis(), added));
     answer.put("status", "prepared").put("token", token).put("version", version);
     ArrayNode layout = answer.putArray("files");
     for (AddFile file : CollectionConverters.asJava(files)) {
@@ -297,6 +318,8 @@ public final class NetChangeCommit {
     }
     ended(token, "committed " + version);
     answer.put("status", "committed").put("version", version);
+    ArrayNode added = answer.putArray("added");
+    prepared.added().forEach(added::add);
   }
 
   private static void ended(String token, String outcome) {

@@ -1,0 +1,221 @@
+"""A join's warm state: its inputs' rows and its output's row positions, held in the engine's JVM between
+refreshes, so that a large table's refresh looks up what a change touches instead of scanning for it.
+
+Kafka Streams keeps a foreign-key join's tables in state stores beside the stream thread: a changed
+customer finds its orders through the subscription store, not by reading every order. A refresh here
+runs in a Spark session whose JVM outlives it when the session does (a Spark Connect server, a notebook's
+or a benchmark's session): the engine's JVM side (:mod:`..runtime.engine_procedure`,
+``WarmJoinState.java``) keeps, per output, the left rows by key with an index from foreign key to left
+keys, the right rows by key, and each output key's data file and row index. Each part is valid for one
+version of one table (its Delta table id and version); a refresh uses the state only when it starts from
+exactly those versions, and advances it after its commit from its own change feeds and the files it
+wrote. Anything else (another writer, a restarted server, a refresh written by MERGE) makes the next
+refresh run its usual plan and build the state again, from one scan of each table.
+
+Why in memory, not in Delta state tables: a lookup of 1,000 changed keys spread over a table touches most
+of its files whatever the layout (sorted by key, 1,000 changed customers of 1M touch 632 of 1,000 files),
+so an index stored in Delta costs what scanning the input costs; and loading such an index into a new
+JVM costs the scan that building the state from the inputs costs. The inputs are the durable copy.
+
+    >>> warm = WarmState(spark, output_handle)
+    >>> warm.lookup(...)  # doctest: +SKIP
+    WarmLookup(token='3f2a...', left=DataFrame[...], right=DataFrame[...], positions=DataFrame[...])
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from ..core.spec import quote
+from ..runtime import engine_procedure
+from .changes import ChangedKeys
+from .tables import DeltaHandle
+
+log = logging.getLogger(__name__)
+
+#: What a warm state may hold at most (left, right and output rows together), unless
+#: ``spark.fkjoin.warmState.maxRows`` says otherwise: the JVM's heap holds them (about 200 bytes a row).
+MAX_ROWS_CONF = "spark.fkjoin.warmState.maxRows"
+DEFAULT_MAX_ROWS = 50_000_000
+
+#: The feed's inserts less deletes per key (see :func:`.changes.changed_keys_of`).
+NET = "_fkjoin_net"
+
+
+@dataclass(frozen=True)
+class SideVersions:
+    """One input as a refresh consumes it: its table id, and the versions it reads changes between."""
+
+    table_id: str
+    after: int
+    to: int
+
+
+@dataclass
+class WarmLookup:
+    """What the warm state found for one refresh: the current left rows it affects (``left``), the right
+    rows they and their previous versions reference (``right``), and the output positions of the affected
+    keys (``positions``: key, ``_fkjoin_file``, ``_fkjoin_row``), as temporary views in the session."""
+
+    token: str
+    left: DataFrame
+    right: DataFrame
+    positions: DataFrame
+    counts: dict[str, int]
+    views: list[str] = field(default_factory=list)
+
+
+class WarmState:
+    """The engine JVM's warm state for one output (see the module docstring).
+
+    Every method returns, rather than raises, when the state cannot serve: the refresh then runs its
+    usual plan, and a reason lands in the result (``warm_state``).
+    """
+
+    def __init__(self, spark: SparkSession, output: DeltaHandle) -> None:
+        self.spark = spark
+        self.output = output
+        self.name = output.storage_path()
+        self.views: list[str] = []
+
+    def available(self) -> str | None:
+        """Why this session cannot hold a warm state (no engine jar, or an older one), or None."""
+        if engine_procedure.supports(self.spark, "warm_lookup"):
+            return None
+        reason = engine_procedure.unavailable_reason(self.spark)
+        return reason or "the session's engine jar predates warm state"
+
+    def lookup(
+        self,
+        output_id: str,
+        output_version: int,
+        left: SideVersions,
+        right: SideVersions,
+        left_changes: tuple[ChangedKeys, DataFrame | None],
+        right_changes: tuple[ChangedKeys, DataFrame | None],
+    ) -> WarmLookup | str:
+        """The affected rows for changes read from ``left.after``/``right.after`` (each side's changed
+        keys and their rows at the pinned version), or why the state cannot serve (a str)."""
+        suffix = engine_procedure.request_suffix()
+        sides = {}
+        for role, versions, (changes, after) in (
+            ("left", left, left_changes),
+            ("right", right, right_changes),
+        ):
+            request: dict[str, Any] = {"id": versions.table_id, "from": versions.after, "to": versions.to}
+            if changes.count and after is not None:
+                request["keys"] = self._view(f"{role}_keys_{suffix}", net_counts(changes))
+                request["after"] = self._view(f"{role}_after_{suffix}", after)
+            elif changes.count:
+                return f"the {role} side's changes carry no rows"
+            sides[role] = request
+        views = {role: f"fkjoin_warm_{role}_{suffix}" for role in ("left", "right", "positions")}
+        self.views += list(views.values())
+        answer = engine_procedure.call(
+            self.spark,
+            "warm_lookup",
+            state=self.name,
+            output={"id": output_id, "version": output_version},
+            left=sides["left"],
+            right=sides["right"],
+            views=views,
+        )
+        status = answer.get("status")
+        if status == "duplicates":
+            return f"the {answer.get('side')} table's changes repeat {answer.get('repeats')} key(s)"
+        if status != "ready":
+            return str(answer.get("reason", status))
+        return WarmLookup(
+            token=str(answer["token"]),
+            left=self.spark.table(views["left"]),
+            right=self.spark.table(views["right"]),
+            positions=self.spark.table(views["positions"]),
+            counts={k: int(answer[k]) for k in ("left_rows", "right_rows", "located", "held_rows")},
+        )
+
+    def advance(
+        self, token: str, version: int, removed: DataFrame | None, added: tuple[str, ...]
+    ) -> str | None:
+        """Apply a lookup's changes after the refresh committed ``version``: the keys whose output rows
+        were replaced or deleted (``removed``) lose their positions, the data files the commit ``added``
+        give the new ones, and a compaction after it is followed. None, or why the state was dropped."""
+        fields: dict[str, Any] = {"output": self.name, "version": version, "added": list(added)}
+        if removed is not None:
+            fields["removed"] = self._view(f"removed_{engine_procedure.request_suffix()}", removed)
+        answer = engine_procedure.call(self.spark, "warm_advance", state=self.name, token=token, **fields)
+        if answer.get("status") != "advanced":
+            return str(answer.get("reason", answer.get("status")))
+        return None
+
+    def build(
+        self,
+        output_id: str,
+        output_version: int,
+        left: tuple[str, int, DataFrame, list[str], list[str]],
+        right: tuple[str, int, DataFrame, list[str]],
+    ) -> dict[str, Any]:
+        """Hold the inputs' rows (``left``: table id, version, rows with their foreign-key columns, key and
+        foreign-key column names; ``right``: id, version, rows, key) and the output's positions at
+        ``output_version``: one scan of each. Returns the answer (``status`` ``built`` or ``refused``)."""
+        suffix = engine_procedure.request_suffix()
+        left_id, left_version, left_rows, left_key, fk = left
+        right_id, right_version, right_rows, right_key = right
+        positions = self.output.read_with_positions(output_version).select(
+            *[quote(c) for c in left_key], "_fkjoin_file", "_fkjoin_row"
+        )
+        max_rows = int(self.spark.conf.get(MAX_ROWS_CONF, None) or DEFAULT_MAX_ROWS)
+        return engine_procedure.call(
+            self.spark,
+            "warm_build",
+            state=self.name,
+            left={
+                "id": left_id,
+                "version": left_version,
+                "view": self._view(f"left_rows_{suffix}", left_rows),
+                "key": left_key,
+                "fk": fk,
+            },
+            right={
+                "id": right_id,
+                "version": right_version,
+                "view": self._view(f"right_rows_{suffix}", right_rows),
+                "key": right_key,
+            },
+            output={
+                "id": output_id,
+                "version": output_version,
+                "view": self._view(f"positions_{suffix}", positions),
+            },
+            max_rows=max_rows,
+        )
+
+    def drop(self) -> None:
+        """Forget the output's state (the next refresh builds it again)."""
+        engine_procedure.call(self.spark, "warm_drop", state=self.name)
+
+    def release(self) -> None:
+        """Drop this refresh's temporary views (the state itself stays in the JVM)."""
+        for view in self.views:
+            try:
+                self.spark.catalog.dropTempView(view)
+            except Exception as error:  # a lost connection: the session's end drops it
+                log.warning("could not drop the temporary view %s: %s", view, error)
+        self.views.clear()
+
+    def _view(self, role: str, frame: DataFrame) -> str:
+        name = f"fkjoin_warm_{role}"
+        frame.createOrReplaceTempView(name)
+        self.views.append(name)
+        return name
+
+
+def net_counts(changes: ChangedKeys) -> DataFrame:
+    """Each changed key with its feed's inserts less deletes (:data:`NET`): what the warm state adds to
+    the key's held row (0 or 1) to know whether the table now holds it twice."""
+    key = [quote(c) for c in changes.keys.columns]
+    return changes.cached.where(~F.col("_fkjoin_null")).select(*key, NET)
