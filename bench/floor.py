@@ -68,6 +68,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default="auto",
         help="the engine refresh's refresh_strategy (auto: the engine's estimate chooses)",
     )
+    p.add_argument(
+        "--warm-state",
+        action="store_true",
+        help="the engine refresh keeps its warm state in the session's JVM (warm_state: true): the first "
+        "refresh builds it, later ones look up what they would scan",
+    )
     args = p.parse_args(argv)
     args.json_out = json_out(args.json_out, "floor")
     return args
@@ -134,6 +140,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.data == "bench":
             spec = fk_join.make_spec(Path(p["orders"]), Path(p["customers"]), Path(p["out"]))
         spec["refresh_strategy"] = args.strategy
+        if args.warm_state and name == "engine refresh":
+            spec["warm_state"] = True
         return spec
 
     run_spec(spec_for("engine refresh"), spark=spark)
@@ -268,6 +276,8 @@ def main(argv: list[str] | None = None) -> int:
             "write_path": result.get("write_path"),
             "strategy": result.get("strategy"),
             "rows": {k: result["rows"][k] for k in ("inserted", "updated", "deleted")},
+            "phases": result.get("phases"),
+            "warm_state": result.get("warm_state"),
         }
 
     def recompute(p: dict[str, str], lf: int, lv: int, rf: int, rv: int) -> dict:
@@ -317,6 +327,7 @@ def main(argv: list[str] | None = None) -> int:
         "change_right": args.change_right,
         "left_columns": args.left_columns,
         "data": args.data,
+        "warm_state": args.warm_state,
         "median_wall_s": {name: median(r["wall_s"] for r in runs) for name, runs in results.items()},
         "runs": results,
         "engine_equals_recompute": results_verified,

@@ -255,6 +255,12 @@ SCENARIOS = {
     ),
 }
 
+SCENARIOS["foreign_key_join (warm state)"] = Scenario(
+    SCENARIOS["foreign_key_join"].tables,
+    lambda p, out: {**SCENARIOS["foreign_key_join"].spec(p, out), "warm_state": True},
+    SCENARIOS["foreign_key_join"].change,
+)
+
 
 @pytest.mark.parametrize("name", list(SCENARIOS))
 def test_every_kind_over_spark_connect_equals_the_classic_engine(
@@ -275,6 +281,9 @@ def test_every_kind_over_spark_connect_equals_the_classic_engine(
         assert remote["inputs"] == classic["inputs"], refresh
         # the same write path: the engine's net-change commit over Connect too, not a MERGE fallback
         assert remote.get("write_path") == classic.get("write_path"), (refresh, remote, classic)
+        if connect_spec.get("warm_state"):
+            # the first client's refresh built the state in the server's JVM; the second client uses it
+            assert remote["warm_state"]["used"] == (refresh == "second"), remote["warm_state"]
         got = rows(spark, tmp_path / "out_connect")
         assert got == rows(spark, tmp_path / "out_classic"), f"{name}, {refresh} refresh"
         assert got, f"{name}: an empty output proves nothing"

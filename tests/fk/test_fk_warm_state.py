@@ -62,8 +62,7 @@ def test_warm_refreshes_equal_the_join(spark, tmp_path: Path, how: str) -> None:
     spec["warm_state"] = True
     first = _refresh_and_check(spark, spec, out, how)
     assert first["mode"] == "full"
-    assert first["warm_state"]["built"]["status"] == "built", first["warm_state"]
-    assert first["warm_state"]["built"]["left_rows"] == 5
+    assert first["warm_state"]["built"]["status"] == "building", first["warm_state"]
 
     steps = [
         lambda: upsert(spark, str(customers_path), [{"customer_id": 10, "name": "A"}], CUSTOMER_KEY),
@@ -88,11 +87,13 @@ def test_warm_refreshes_equal_the_join(spark, tmp_path: Path, how: str) -> None:
         assert result["write_path"] == "net_changes", result["warnings"]
         warm = result["warm_state"]
         assert warm["used"] and warm.get("advanced"), warm
+        assert warm["lookup"]["held_rows"] > 0
         assert result["strategy"]["chosen"] == "incremental"
 
 
 def test_a_lost_state_is_built_again(spark, tmp_path: Path) -> None:
-    """A JVM without the state (a restarted server) runs the usual plan, then holds the state again."""
+    """A JVM without the state (a restarted server) runs the usual plan, then holds the state again; a
+    state over its row bound is not built, and the next refresh says why."""
     spec, orders_path, customers_path, out = orders_customers(
         spark, tmp_path, [(1, 10, 1.0), (2, 20, 2.0)], [(10, "a"), (20, "b")], "left"
     )
@@ -103,10 +104,21 @@ def test_a_lost_state_is_built_again(spark, tmp_path: Path) -> None:
     cold = _refresh_and_check(spark, spec, out, "left")
     assert not cold["warm_state"]["used"]
     assert "holds no warm state" in cold["warm_state"]["reason"]
-    assert cold["warm_state"]["built"]["status"] == "built"
+    assert cold["warm_state"]["built"]["status"] == "building"
     upsert(spark, str(orders_path), [_order(3, 20, 3.0)], ORDER_KEY)
     warm = _refresh_and_check(spark, spec, out, "left")
     assert warm["warm_state"]["used"] and warm["warm_state"]["advanced"]
+    assert warm["warm_state"]["built_in_s"] >= 0
+
+    spark.conf.set("spark.fkjoin.warmState.maxRows", "3")
+    try:
+        run_spec(spec, spark, full_refresh=True)
+    finally:
+        spark.conf.unset("spark.fkjoin.warmState.maxRows")
+    upsert(spark, str(orders_path), [_order(4, 10, 4.0)], ORDER_KEY)
+    too_big = _refresh_and_check(spark, spec, out, "left")
+    assert not too_big["warm_state"]["used"]
+    assert "more than 3 rows (spark.fkjoin.warmState.maxRows)" in too_big["warm_state"]["reason"]
 
 
 def test_a_write_the_engine_did_not_make_is_not_trusted(spark, tmp_path: Path) -> None:
@@ -122,12 +134,12 @@ def test_a_write_the_engine_did_not_make_is_not_trusted(spark, tmp_path: Path) -
     upsert(spark, str(customers_path), [{"customer_id": 20, "name": "B"}], CUSTOMER_KEY)
     moved = _refresh_and_check(spark, spec, out, "left")
     assert moved["mode"] == "full" and not moved["warm_state"]["used"]
-    assert moved["warm_state"]["built"]["status"] == "built"
+    assert moved["warm_state"]["built"]["status"] == "building"
     upsert(spark, str(orders_path), [_order(3, 10, 3.0)], ORDER_KEY)
     assert _refresh_and_check(spark, spec, out, "left")["warm_state"]["advanced"]
 
     rebuilt = run_spec(spec, spark, full_refresh=True)
-    assert rebuilt["mode"] == "full" and rebuilt["warm_state"]["built"]["status"] == "built"
+    assert rebuilt["mode"] == "full" and rebuilt["warm_state"]["built"]["status"] == "building"
     version = rebuilt["output"]["version"]
     append_rows(spark, str(orders_path), [_order(1, 20, 9.0)])
     with pytest.raises(InputDataError, match="duplicate keys"):

@@ -67,6 +67,8 @@ class WarmLookup:
     right: DataFrame
     positions: DataFrame
     counts: dict[str, int]
+    #: How long building the state took (in the background), reported by the first lookup after it.
+    built_s: float | None = None
     views: list[str] = field(default_factory=list)
 
 
@@ -89,6 +91,23 @@ class WarmState:
             return None
         reason = engine_procedure.unavailable_reason(self.spark)
         return reason or "the session's engine jar predates warm state"
+
+    def serves(self, output_id: str, output_version: int, inputs: dict[str, SideVersions]) -> bool:
+        """Whether the JVM holds a state this refresh can use: the output's id, at most its version (a
+        compaction since is followed), and each input's id at exactly the version the refresh reads
+        changes after. No Spark job; the lookup checks again."""
+        if self.available() is not None:
+            return False
+        held = engine_procedure.call(self.spark, "warm_peek", state=self.name)
+        if held.get("status") != "held":
+            return False
+        output = held["output"]
+        if output["id"] != output_id or int(output["version"]) > output_version:
+            return False
+        return all(
+            held[side]["id"] == versions.table_id and int(held[side]["version"]) == versions.after
+            for side, versions in inputs.items()
+        )
 
     def lookup(
         self,
@@ -136,6 +155,7 @@ class WarmState:
             right=self.spark.table(views["right"]),
             positions=self.spark.table(views["positions"]),
             counts={k: int(answer[k]) for k in ("left_rows", "right_rows", "located", "held_rows")},
+            built_s=int(answer["built_ms"]) / 1000 if "built_ms" in answer else None,
         )
 
     def advance(
@@ -161,7 +181,9 @@ class WarmState:
     ) -> dict[str, Any]:
         """Hold the inputs' rows (``left``: table id, version, rows with their foreign-key columns, key and
         foreign-key column names; ``right``: id, version, rows, key) and the output's positions at
-        ``output_version``: one scan of each. Returns the answer (``status`` ``built`` or ``refused``)."""
+        ``output_version``: one scan of each, on a JVM thread of its own, so the refresh that asks does
+        not wait (the next one waits for it, if it is still under way). Returns the answer (``status``
+        ``building``); a build that cannot finish says why in the next refresh's ``reason``."""
         suffix = engine_procedure.request_suffix()
         left_id, left_version, left_rows, left_key, fk = left
         right_id, right_version, right_rows, right_key = right

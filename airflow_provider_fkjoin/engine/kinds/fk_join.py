@@ -49,6 +49,7 @@ from ..delta.tables import (
     DeltaHandle,
     TableState,
     cdf_off_warnings,
+    feed_bytes,
     input_frame,
     key_is_null,
     pinned_input,
@@ -379,6 +380,26 @@ class ForeignKeyJoinRefresh(KindRefresh):
         report = self.warm_report or {"used": False, "reason": "nothing was committed"}
         return {"warm_state": report}
 
+    def warm_bytes(self, refresh: RefreshContext, plan: RefreshPlan) -> int | None:
+        """The change feeds' bytes, when the engine's JVM holds a warm state this refresh can use."""
+        if not self.warm or refresh.log.table_id is None or refresh.log.latest_version is None:
+            return None
+        if any(side.changelog is not None for side in self.sides.values()):
+            return None
+        versions = self._side_versions(plan)
+        if not WarmState(self.spark, self.output).serves(
+            refresh.log.table_id, refresh.log.latest_version, versions
+        ):
+            return None
+        sizes = feed_bytes([(self.handles[s], v.after, v.to) for s, v in versions.items()])
+        return None if None in sizes else sum(size or 0 for size in sizes)
+
+    def _side_versions(self, plan: RefreshPlan) -> dict[str, SideVersions]:
+        return {
+            side: SideVersions(self.table_ids[side], plan.from_versions[side] or 0, self.to_versions[side])
+            for side in SIDES
+        }
+
     def committed(self, refresh: RefreshContext, plan: RefreshPlan, commit: Commit) -> None:
         """With a warm state that this refresh did not advance, build it at the versions just committed."""
         if not self.warm or (self.warm_report or {}).get("advanced"):
@@ -552,14 +573,7 @@ class ForeignKeyJoinRefresh(KindRefresh):
             return None
         shape = self.shape
         assert refresh.log.table_id is not None and refresh.log.latest_version is not None
-        versions = {
-            side: SideVersions(
-                self.table_ids[side],
-                plan.from_versions[side] or 0,
-                self.to_versions[side],
-            )
-            for side in SIDES
-        }
+        versions = self._side_versions(plan)
         left_after = None if left_changes.after is None else _with_fk(left_changes.after, shape)
         found = warm.lookup(
             refresh.log.table_id,
@@ -573,6 +587,8 @@ class ForeignKeyJoinRefresh(KindRefresh):
             self.warm_report = {"used": False, "reason": found}
             return None
         self.warm_report = {"used": True, "reason": None, "lookup": found.counts}
+        if found.built_s is not None:
+            self.warm_report["built_in_s"] = found.built_s
         return found
 
     def _warm_advance(self, warm: WarmState, found: WarmLookup, commit: Commit, net: NetChanges) -> None:

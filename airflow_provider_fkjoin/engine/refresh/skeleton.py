@@ -435,6 +435,12 @@ class KindRefresh(ABC):
         decides."""
         return None
 
+    def warm_bytes(self, refresh: RefreshContext, plan: RefreshPlan) -> int | None:
+        """The bytes an incremental refresh reads when the kind serves it from state it keeps warm (its
+        change feeds only), or None: it reads its tables. A refresh that reads little runs as a small
+        one (:func:`..runtime.session.small_refresh`) whatever its tables' size."""
+        return None
+
     def committed(self, refresh: RefreshContext, plan: RefreshPlan, commit: Commit) -> None:
         """Called once the refresh committed (any path, before the result is built): a kind that keeps
         state beside the output (a warm state) brings it up to the commit here."""
@@ -536,7 +542,9 @@ def _refresh_pinned(
     if plan.mode == "noop":
         phase("committed")
         return kind.result(refresh, plan, None, kind.noop_rows())
-    with small_refresh(kind.spark, _table_bytes(kind, states, refresh)) as settings:
+    warm = kind.warm_bytes(refresh, plan) if plan.mode == "incremental" else None
+    read_bytes = warm if warm is not None else _table_bytes(kind, states, refresh)
+    with small_refresh(kind.spark, read_bytes) as settings:
         if settings:
             log.info(
                 "output %s: a small refresh, run without adaptive execution on %s shuffle partitions (%s)",

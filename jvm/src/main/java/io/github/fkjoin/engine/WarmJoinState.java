@@ -11,7 +11,11 @@ import java.util.List;
 import java.util.Map;
 import java.util.Set;
 import java.util.UUID;
+import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.TimeoutException;
 import org.apache.spark.sql.Dataset;
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.RowFactory;
@@ -43,10 +47,11 @@ import scala.jdk.javaapi.CollectionConverters;
  * JVM, a refresh that wrote by MERGE) leaves a state the next refresh will not use: it runs the usual
  * plan and builds the state again.
  *
- * <p>Requests ({@code "action"}): {@code warm_build} (collect the three views given into a new state),
+ * <p>Requests ({@code "action"}): {@code warm_build} (collect the three views given into a new state, on
+ * a thread of its own),
  * {@code warm_lookup} (check the versions, the duplicate keys the feeds could add, and register the
  * affected rows as views; the feeds' changes are kept under a token), {@code warm_advance} (apply the
- * token's changes after the commit) and {@code warm_drop}.
+ * token's changes after the commit), {@code warm_peek} (the versions held) and {@code warm_drop}.
  */
 final class WarmJoinState {
   /** Rows held at most per state unless the request says otherwise: a bound on the driver's heap. */
@@ -60,6 +65,14 @@ final class WarmJoinState {
 
   private static final Map<String, State> STATES = new ConcurrentHashMap<>();
   private static final Map<String, Pending> PENDING = new ConcurrentHashMap<>();
+  /** Builds under way, by state. */
+  private static final Map<String, CompletableFuture<Void>> BUILDS = new ConcurrentHashMap<>();
+  /** Why the last build of a state did not finish, until the next build. */
+  private static final Map<String, String> FAILED = new ConcurrentHashMap<>();
+  /** How long the last build of a state took (ms), until a lookup reports it. */
+  private static final Map<String, Long> BUILT = new ConcurrentHashMap<>();
+  /** A lookup waits this long at most for a build under way; then the refresh scans as usual. */
+  static final long BUILD_WAIT_MS = 30L * 60L * 1000L;
 
   private WarmJoinState() {}
 
@@ -165,22 +178,51 @@ final class WarmJoinState {
       case "warm_build" -> build(spark, request, answer);
       case "warm_lookup" -> lookup(spark, request, answer);
       case "warm_advance" -> advance(spark, request, answer);
+      case "warm_peek" -> peek(request, answer);
       default -> {
         String name = NetChangeCommit.required(request, "state").asText();
+        awaitBuild(name);
+        FAILED.remove(name);
         answer.put("status", STATES.remove(name) != null ? "dropped" : "absent");
       }
     }
   }
 
+  /** The versions a state holds (no Spark job), so a refresh can plan for it before it reads. */
+  private static void peek(JsonNode request, ObjectNode answer) {
+    String name = NetChangeCommit.required(request, "state").asText();
+    awaitBuild(name);
+    State state = STATES.get(name);
+    if (state == null) {
+      answer.put("status", "absent");
+      return;
+    }
+    synchronized (state) {
+      answer.put("status", "held").put("held_rows", state.rows());
+      answer.putObject("output").put("id", state.outputId).put("version", state.outputVersion);
+      answer.putObject("left").put("id", state.leftId).put("version", state.leftVersion);
+      answer.putObject("right").put("id", state.rightId).put("version", state.rightVersion);
+    }
+  }
+
+  /**
+   * Start building a state from three views (the inputs' rows and the output's positions, each at the
+   * version named) on a thread of its own: the refresh that asked returns at once. A later request for
+   * the same state waits for the build ({@link #awaitBuild}); a build that could not finish leaves its
+   * reason for the next lookup to report.
+   */
   private static void build(SparkSession spark, JsonNode request, ObjectNode answer) {
     String name = NetChangeCommit.required(request, "state").asText();
     JsonNode left = NetChangeCommit.required(request, "left");
     JsonNode right = NetChangeCommit.required(request, "right");
     JsonNode output = NetChangeCommit.required(request, "output");
     long maxRows = request.path("max_rows").asLong(DEFAULT_MAX_ROWS);
+    awaitBuild(name);
     STATES.remove(name);
+    FAILED.remove(name);
     Dataset<Row> leftRows = spark.table(NetChangeCommit.required(left, "view").asText());
     Dataset<Row> rightRows = spark.table(NetChangeCommit.required(right, "view").asText());
+    Dataset<Row> located = spark.table(NetChangeCommit.required(output, "view").asText());
     StructType leftSchema = leftRows.schema();
     StructType rightSchema = rightRows.schema();
     State state =
@@ -196,58 +238,113 @@ final class WarmJoinState {
             indices(leftSchema, left.get("key")),
             indices(leftSchema, left.get("fk")),
             indices(rightSchema, right.get("key")));
+    int[] outputKey = indices(located.schema(), left.get("key"));
+    CompletableFuture<Void> done = new CompletableFuture<>();
+    BUILDS.put(name, done);
+    Thread builder =
+        new Thread(
+            () -> {
+              // the thread inherits the request's job tags and SQL execution id: a build must outlive
+              // the request (and a Spark Connect client's session), and run its own executions
+              var context = spark.sparkContext();
+              context.setLocalProperty("spark.sql.execution.id", null);
+              context.setLocalProperty("spark.jobGroup.id", null);
+              context.clearJobTags();
+              long started = System.currentTimeMillis();
+              try {
+                String refused = fill(state, leftRows, rightRows, located, outputKey, maxRows);
+                if (refused == null) {
+                  STATES.put(name, state);
+                  BUILT.put(name, System.currentTimeMillis() - started);
+                } else {
+                  FAILED.put(name, "the warm state could not be built: " + refused);
+                }
+              } catch (Throwable error) {
+                FAILED.put(name, "building the warm state failed: " + error);
+              } finally {
+                BUILDS.remove(name, done);
+                done.complete(null);
+              }
+            },
+            "fkjoin-warm-state-build");
+    builder.setDaemon(true);
+    builder.start();
+    answer.put("status", "building");
+  }
+
+  /** Wait for a build of the state {@code name} under way, if any (at most {@link #BUILD_WAIT_MS}). */
+  private static void awaitBuild(String name) {
+    CompletableFuture<Void> pending = BUILDS.get(name);
+    if (pending == null) {
+      return;
+    }
+    try {
+      pending.get(BUILD_WAIT_MS, TimeUnit.MILLISECONDS);
+    } catch (InterruptedException error) {
+      Thread.currentThread().interrupt();
+    } catch (ExecutionException | TimeoutException error) {
+      // the lookup finds no state and says so; the build goes on
+    }
+  }
+
+  /** Collect the three frames into {@code state}; why not, or null. */
+  private static String fill(
+      State state,
+      Dataset<Row> leftRows,
+      Dataset<Row> rightRows,
+      Dataset<Row> located,
+      int[] outputKey,
+      long maxRows) {
     long rows = 0;
     for (Iterator<Row> it = leftRows.toLocalIterator(); it.hasNext(); ) {
       Row row = it.next();
       Row key = project(row, state.leftKey);
       if (key == null || state.left.containsKey(key)) {
-        refuse(answer, "the left rows repeat the key " + key + " (or hold a null key)");
-        return;
+        return "the left table repeats a key (or holds a null key)";
       }
       state.putLeft(key, row);
       if (++rows > maxRows) {
-        refuse(answer, "the inputs hold more than " + maxRows + " rows (max_rows)");
-        return;
+        return "the inputs hold more than " + maxRows + " rows (spark.fkjoin.warmState.maxRows)";
       }
     }
     for (Iterator<Row> it = rightRows.toLocalIterator(); it.hasNext(); ) {
       Row row = it.next();
       Row key = project(row, state.rightKey);
       if (key == null || state.right.put(key, row) != null) {
-        refuse(answer, "the right rows repeat the key " + key + " (or hold a null key)");
-        return;
+        return "the right table repeats a key (or holds a null key)";
       }
       if (++rows > maxRows) {
-        refuse(answer, "the inputs hold more than " + maxRows + " rows (max_rows)");
-        return;
+        return "the inputs hold more than " + maxRows + " rows (spark.fkjoin.warmState.maxRows)";
       }
     }
-    Dataset<Row> located = spark.table(NetChangeCommit.required(output, "view").asText());
-    int[] outputKey = indices(located.schema(), left.get("key"));
     int file = located.schema().fieldIndex(NetChangeCommit.FILE);
     int position = located.schema().fieldIndex(NetChangeCommit.ROW);
     for (Iterator<Row> it = located.toLocalIterator(); it.hasNext(); ) {
       Row row = it.next();
       Row key = project(row, outputKey);
       if (key == null || !state.putPosition(key, row.getString(file), row.getLong(position))) {
-        refuse(answer, "the output holds the key " + key + " twice (or a null key)");
-        return;
+        return "the output holds a key twice (or a null key)";
       }
     }
-    STATES.put(name, state);
-    answer
-        .put("status", "built")
-        .put("left_rows", state.left.size())
-        .put("right_rows", state.right.size())
-        .put("output_rows", state.positions.size());
+    return null;
   }
 
   private static void lookup(SparkSession spark, JsonNode request, ObjectNode answer) {
     String name = NetChangeCommit.required(request, "state").asText();
+    awaitBuild(name);
     State state = STATES.get(name);
     if (state == null) {
-      stale(answer, "this JVM holds no warm state for the output (its first refresh here, or a restart)");
+      String failed = FAILED.get(name);
+      stale(
+          answer,
+          failed != null
+              ? failed
+              : "this JVM holds no warm state for the output (its first refresh here, or a restart)");
       return;
+    }
+    Long built = BUILT.remove(name);
+    if (built != null) {
+      answer.put("built_ms", built);
     }
     JsonNode output = NetChangeCommit.required(request, "output");
     JsonNode left = NetChangeCommit.required(request, "left");
@@ -619,10 +716,6 @@ final class WarmJoinState {
       }
     }
     return null;
-  }
-
-  private static void refuse(ObjectNode answer, String reason) {
-    answer.put("status", "refused").put("reason", reason);
   }
 
   private static void stale(ObjectNode answer, String reason) {
