@@ -28,6 +28,9 @@ from airflow_provider_fkjoin.engine.core.spec import TableRef
 from airflow_provider_fkjoin.engine.delta.tables import DeltaHandle
 from airflow_provider_fkjoin.engine.delta.warm_state import WarmState
 
+#: Each test runs a handful of refreshes with the oracle checked after each: the slow tier's work.
+pytestmark = pytest.mark.slow
+
 ORDER_KEY = ["order_id"]
 CUSTOMER_KEY = ["customer_id"]
 
