@@ -95,11 +95,11 @@ def test_net_change_deletes_by_position_and_commits_one_update(spark, warehouse:
     assert prepared["version"] == 0
     (size, records, deleted), *others = prepared["files"]  # the output's one file, as listed
     assert (records, deleted, others) == (6, 0, []) and size > 0
-    assert engine_procedure.call(spark, "commit", token=prepared["token"]) == {
-        "protocol": 1,
-        "status": "committed",
-        "version": 1,
-    }
+    committed = engine_procedure.call(spark, "commit", token=prepared["token"])
+    added = committed.pop("added")
+    assert committed == {"protocol": 1, "status": "committed", "version": 1}
+    # the new rows' one data file, as an absolute path inside the table (where a warm state reads them)
+    assert len(added) == 1 and added[0].endswith(".parquet") and str(path) in added[0], added
     table = spark.read.format("delta").load(path)
     assert sorted(tuple(r) for r in table.collect()) == [(0, 0), (1, 11), (2, 20), (3, 30), (5, 50)]
     feed = spark.read.format("delta").option("readChangeFeed", "true").option("startingVersion", 1).load(path)
