@@ -39,7 +39,7 @@ from .tables import DeltaHandle
 log = logging.getLogger(__name__)
 
 #: What a warm state may hold at most (left, right and output rows together), unless
-#: ``spark.fkjoin.warmState.maxRows`` says otherwise: the JVM's heap holds them (about 200 bytes a row).
+#: ``spark.fkjoin.warmState.maxRows`` says otherwise: the JVM's heap holds them (about 225 bytes a row).
 MAX_ROWS_CONF = "spark.fkjoin.warmState.maxRows"
 DEFAULT_MAX_ROWS = 50_000_000
 
