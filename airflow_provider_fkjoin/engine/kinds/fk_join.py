@@ -414,7 +414,7 @@ class ForeignKeyJoinRefresh(KindRefresh):
         if unavailable is not None:
             report["built"] = {"status": "refused", "reason": unavailable}
             return
-        phase("warm_state_built")
+        phase("warm_state_building")
         shape, sides = self.shape, self.sides
         output = self.output.state()
         try:
