@@ -19,11 +19,14 @@ has no procedure: :func:`unavailable_reason` says so, and the refresh is written
 from __future__ import annotations
 
 import json
+import logging
 import uuid
 import weakref
 from typing import Any
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
+
+log = logging.getLogger(__name__)
 
 #: The catalog name the engine registers its procedures under, in each session that uses them.
 CATALOG = "fkjoin_engine"
@@ -133,3 +136,27 @@ def call(spark: SparkSession, action: str, **fields: Any) -> dict[str, Any]:
             "use the jar built from the same airflow-provider-fkjoin version"
         )
     return dict(answer)
+
+
+class RequestViews:
+    """Temporary views that hand this refresh's frames to the JVM side, dropped when it is done."""
+
+    def __init__(self, spark: Any) -> None:
+        self.spark = spark
+        self.suffix = uuid.uuid4().hex[:12]
+        self.names: list[str] = []
+
+    def add(self, role: str, frame: DataFrame) -> str:
+        name = f"fkjoin_{role}_{self.suffix}"
+        frame.createOrReplaceTempView(name)
+        self.names.append(name)
+        return name
+
+    def drop(self) -> None:
+        """Drop every view, each on its own: one that cannot be dropped (a lost connection) leaves the
+        others to go, and never hides the refresh's own outcome."""
+        for name in self.names:
+            try:
+                self.spark.catalog.dropTempView(name)
+            except Exception as error:
+                log.warning("could not drop the temporary view %s: %s", name, error)

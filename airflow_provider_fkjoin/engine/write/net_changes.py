@@ -33,7 +33,6 @@ sends the kind back to MERGE, which does not rely on the invariant.
 from __future__ import annotations
 
 import logging
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import reduce
@@ -254,7 +253,7 @@ def commit_net_changes(
         live = positions
     elif changes.derive_key is not None:
         live = changes.derive_key(live)
-    views = _Views(spark)
+    views = engine_procedure.RequestViews(spark)
     token = None
     try:
         prepared = engine_procedure.call(
@@ -297,30 +296,6 @@ def commit_net_changes(
             log.warning("output %s: aborting the prepared commit failed: %s", output.location, error)
         finally:
             views.drop()
-
-
-class _Views:
-    """Temporary views that hand this refresh's frames to the JVM side, dropped when it is done."""
-
-    def __init__(self, spark: Any) -> None:
-        self.spark = spark
-        self.suffix = uuid.uuid4().hex[:12]
-        self.names: list[str] = []
-
-    def add(self, role: str, frame: DataFrame) -> str:
-        name = f"fkjoin_{role}_{self.suffix}"
-        frame.createOrReplaceTempView(name)
-        self.names.append(name)
-        return name
-
-    def drop(self) -> None:
-        """Drop every view, each on its own: one that cannot be dropped (a lost connection) leaves the
-        others to go, and never hides the refresh's own outcome."""
-        for name in self.names:
-            try:
-                self.spark.catalog.dropTempView(name)
-            except Exception as error:
-                log.warning("could not drop the temporary view %s: %s", name, error)
 
 
 def _located(live: DataFrame, changes: NetChanges, key: list[str]) -> DataFrame:
