@@ -24,8 +24,7 @@ JVM costs the scan that building the state from the inputs costs. The inputs are
 
 from __future__ import annotations
 
-import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
@@ -35,8 +34,6 @@ from ..core.spec import quote
 from ..runtime import engine_procedure
 from .changes import ChangedKeys
 from .tables import DeltaHandle
-
-log = logging.getLogger(__name__)
 
 #: What a warm state may hold at most (left, right and output rows together), unless
 #: ``spark.fkjoin.warmState.maxRows`` says otherwise: the JVM's heap holds them (about 225 bytes a row).
@@ -69,7 +66,6 @@ class WarmLookup:
     counts: dict[str, int]
     #: How long building the state took (in the background), reported by the first lookup after it.
     built_s: float | None = None
-    views: list[str] = field(default_factory=list)
 
 
 class WarmState:
@@ -83,7 +79,7 @@ class WarmState:
         self.spark = spark
         self.output = output
         self.name = output.storage_path()
-        self.views: list[str] = []
+        self.views = engine_procedure.RequestViews(spark)
 
     def available(self) -> str | None:
         """Why this session cannot hold a warm state (no engine jar, or an older one), or None."""
@@ -120,7 +116,6 @@ class WarmState:
     ) -> WarmLookup | str:
         """The affected rows for changes read from ``left.after``/``right.after`` (each side's changed
         keys and their rows at the pinned version), or why the state cannot serve (a str)."""
-        suffix = engine_procedure.request_suffix()
         sides = {}
         for role, versions, (changes, after) in (
             ("left", left, left_changes),
@@ -128,13 +123,12 @@ class WarmState:
         ):
             request: dict[str, Any] = {"id": versions.table_id, "from": versions.after, "to": versions.to}
             if changes.count and after is not None:
-                request["keys"] = self._view(f"{role}_keys_{suffix}", net_counts(changes))
-                request["after"] = self._view(f"{role}_after_{suffix}", after)
+                request["keys"] = self.views.add(f"warm_{role}_keys", net_counts(changes))
+                request["after"] = self.views.add(f"warm_{role}_after", after)
             elif changes.count:
                 return f"the {role} side's changes carry no rows"
             sides[role] = request
-        views = {role: f"fkjoin_warm_{role}_{suffix}" for role in ("left", "right", "positions")}
-        self.views += list(views.values())
+        views = {role: self.views.name(f"warm_{role}") for role in ("left", "right", "positions")}
         answer = engine_procedure.call(
             self.spark,
             "warm_lookup",
@@ -166,7 +160,7 @@ class WarmState:
         give the new ones, and a compaction after it is followed. None, or why the state was dropped."""
         fields: dict[str, Any] = {"output": self.name, "version": version, "added": list(added)}
         if removed is not None:
-            fields["removed"] = self._view(f"removed_{engine_procedure.request_suffix()}", removed)
+            fields["removed"] = self.views.add("warm_removed", removed)
         answer = engine_procedure.call(self.spark, "warm_advance", state=self.name, token=token, **fields)
         if answer.get("status") != "advanced":
             return str(answer.get("reason", answer.get("status")))
@@ -184,7 +178,6 @@ class WarmState:
         ``output_version``: one scan of each, on a JVM thread of its own, so the refresh that asks does
         not wait (the next one waits for it, if it is still under way). Returns the answer (``status``
         ``building``); a build that cannot finish says why in the next refresh's ``reason``."""
-        suffix = engine_procedure.request_suffix()
         left_id, left_version, left_rows, left_key, fk = left
         right_id, right_version, right_rows, right_key = right
         positions = self.output.read_with_positions(output_version).select(
@@ -198,20 +191,20 @@ class WarmState:
             left={
                 "id": left_id,
                 "version": left_version,
-                "view": self._view(f"left_rows_{suffix}", left_rows),
+                "view": self.views.add("warm_left_rows", left_rows),
                 "key": left_key,
                 "fk": fk,
             },
             right={
                 "id": right_id,
                 "version": right_version,
-                "view": self._view(f"right_rows_{suffix}", right_rows),
+                "view": self.views.add("warm_right_rows", right_rows),
                 "key": right_key,
             },
             output={
                 "id": output_id,
                 "version": output_version,
-                "view": self._view(f"positions_{suffix}", positions),
+                "view": self.views.add("warm_positions", positions),
             },
             max_rows=max_rows,
         )
@@ -222,18 +215,7 @@ class WarmState:
 
     def release(self) -> None:
         """Drop this refresh's temporary views (the state itself stays in the JVM)."""
-        for view in self.views:
-            try:
-                self.spark.catalog.dropTempView(view)
-            except Exception as error:  # a lost connection: the session's end drops it
-                log.warning("could not drop the temporary view %s: %s", view, error)
-        self.views.clear()
-
-    def _view(self, role: str, frame: DataFrame) -> str:
-        name = f"fkjoin_warm_{role}"
-        frame.createOrReplaceTempView(name)
-        self.views.append(name)
-        return name
+        self.views.drop()
 
 
 def net_counts(changes: ChangedKeys) -> DataFrame:

@@ -146,10 +146,16 @@ class RequestViews:
         self.suffix = uuid.uuid4().hex[:12]
         self.names: list[str] = []
 
-    def add(self, role: str, frame: DataFrame) -> str:
+    def name(self, role: str) -> str:
+        """A view name for ``role`` that the JVM side creates; dropped with the others."""
         name = f"fkjoin_{role}_{self.suffix}"
-        frame.createOrReplaceTempView(name)
         self.names.append(name)
+        return name
+
+    def add(self, role: str, frame: DataFrame) -> str:
+        """``frame`` as a view named for ``role``; returns the name."""
+        name = self.name(role)
+        frame.createOrReplaceTempView(name)
         return name
 
     def drop(self) -> None:
@@ -160,3 +166,4 @@ class RequestViews:
                 self.spark.catalog.dropTempView(name)
             except Exception as error:
                 log.warning("could not drop the temporary view %s: %s", name, error)
+        self.names.clear()
