@@ -72,7 +72,7 @@ final class WarmJoinState {
   /** How long the last build of a state took (ms), until a lookup reports it. */
   private static final Map<String, Long> BUILT = new ConcurrentHashMap<>();
   /** A lookup waits this long at most for a build under way; then the refresh scans as usual. */
-  static final long BUILD_WAIT_MS = 30L * 60L * 1000L;
+  static final long BUILD_WAIT_MS = 10L * 60L * 1000L;
 
   private WarmJoinState() {}
 
