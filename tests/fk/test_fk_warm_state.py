@@ -124,6 +124,40 @@ def test_a_lost_state_is_built_again(spark, tmp_path: Path) -> None:
     assert "more than 3 rows (spark.fkjoin.warmState.maxRows)" in too_big["warm_state"]["reason"]
 
 
+def test_the_row_bound_holds_for_all_the_states_of_a_jvm(spark, tmp_path: Path) -> None:
+    """Two outputs whose states do not fit under the bound together: building the second drops the first
+    (used less recently); the first's next refresh says why, runs the usual plan, equals the join and
+    builds its state again, which drops the second in turn."""
+    worlds = []
+    for name in ("a", "b"):
+        spec, orders_path, _customers, out = orders_customers(
+            spark, tmp_path / name, [(1, 10, 1.0), (2, 20, 2.0)], [(10, "a"), (20, "b")], "left"
+        )
+        spec["warm_state"] = True
+        worlds.append((spec, orders_path, out))
+    (spec_a, orders_a, out_a), (spec_b, orders_b, out_b) = worlds
+    spark.conf.set("spark.fkjoin.warmState.maxRows", "6")  # one state holds 4 input rows, two 8
+    try:
+        _refresh_and_check(spark, spec_a, out_a, "left")
+        upsert(spark, str(orders_a), [_order(3, 10, 3.0)], ORDER_KEY)
+        assert _refresh_and_check(spark, spec_a, out_a, "left")["warm_state"]["used"]
+        _refresh_and_check(spark, spec_b, out_b, "left")
+        upsert(spark, str(orders_b), [_order(3, 20, 3.0)], ORDER_KEY)
+        assert _refresh_and_check(spark, spec_b, out_b, "left")["warm_state"]["used"]
+
+        upsert(spark, str(orders_a), [_order(4, 20, 4.0)], ORDER_KEY)
+        dropped = _refresh_and_check(spark, spec_a, out_a, "left")
+        assert not dropped["warm_state"]["used"]
+        assert "to make room for another output's" in dropped["warm_state"]["reason"]
+        assert dropped["warm_state"]["built"]["status"] == "building"
+        upsert(spark, str(orders_a), [_order(1, 20, 5.0)], ORDER_KEY)
+        assert _refresh_and_check(spark, spec_a, out_a, "left")["warm_state"]["used"]
+        upsert(spark, str(orders_b), [_order(4, 10, 4.0)], ORDER_KEY)
+        assert not _refresh_and_check(spark, spec_b, out_b, "left")["warm_state"]["used"]
+    finally:
+        spark.conf.unset("spark.fkjoin.warmState.maxRows")
+
+
 def test_a_write_the_engine_did_not_make_is_not_trusted(spark, tmp_path: Path) -> None:
     """Another writer's commit to the output (an UPDATE that moves a row to a new file) is not followed:
     the refresh rebuilds the output (as without a warm state) and the state with it; a duplicate key the

@@ -35,8 +35,9 @@ from ..runtime import engine_procedure
 from .changes import ChangedKeys
 from .tables import DeltaHandle
 
-#: What a warm state may hold at most (left, right and output rows together), unless
-#: ``spark.fkjoin.warmState.maxRows`` says otherwise: the JVM's heap holds them (about 225 bytes a row).
+#: The inputs' rows all the warm states of one JVM may hold together, unless
+#: ``spark.fkjoin.warmState.maxRows`` says otherwise: the JVM's heap holds them (with the output's
+#: positions, about 225 bytes a row). A build that would pass it drops the least recently used states.
 MAX_ROWS_CONF = "spark.fkjoin.warmState.maxRows"
 DEFAULT_MAX_ROWS = 50_000_000
 

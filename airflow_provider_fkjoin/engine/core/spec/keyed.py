@@ -123,7 +123,8 @@ class ForeignKeyJoinSpec(_KindSpec):
             "output row's position. A refresh then looks up the rows a change touches instead of scanning "
             "the left table and the output. The first refresh in a JVM, and the one after any write the "
             "engine did not make, builds it in the background (one scan of each table); it takes about "
-            "225 bytes of heap per row, up to `spark.fkjoin.warmState.maxRows` (50M) rows. Pays on large "
+            "225 bytes of heap per row; `spark.fkjoin.warmState.maxRows` (50M) bounds the inputs' rows of "
+            "all of a JVM's warm states together, the least recently used dropped first. Pays on large "
             "tables refreshed often by a long-lived server; a task that starts its own driver gains nothing."
         ),
         examples=[True],

@@ -96,6 +96,8 @@ final class WarmJoinState {
     final HashMap<Row, Long> positions = new HashMap<>();
     final List<String> files = new ArrayList<>();
     final Map<String, Integer> fileIndex = new HashMap<>();
+    /** When a refresh last used (or a build finished) this state: the bound drops the oldest first. */
+    volatile long lastUsed = System.currentTimeMillis();
 
     State(
         String outputId,
@@ -124,6 +126,11 @@ final class WarmJoinState {
 
     long rows() {
       return left.size() + right.size() + positions.size();
+    }
+
+    /** The inputs' rows held: what {@code spark.fkjoin.warmState.maxRows} bounds. */
+    long inputRows() {
+      return left.size() + right.size();
     }
 
     void putLeft(Row key, Row row) {
@@ -252,8 +259,9 @@ final class WarmJoinState {
               context.clearJobTags();
               long started = System.currentTimeMillis();
               try {
-                String refused = fill(state, leftRows, rightRows, located, outputKey, maxRows);
+                String refused = fill(name, state, leftRows, rightRows, located, outputKey, maxRows);
                 if (refused == null) {
+                  state.lastUsed = System.currentTimeMillis();
                   STATES.put(name, state);
                   BUILT.put(name, System.currentTimeMillis() - started);
                 } else {
@@ -287,8 +295,14 @@ final class WarmJoinState {
     }
   }
 
-  /** Collect the three frames into {@code state}; why not, or null. */
+  /**
+   * Collect the three frames into {@code state}; why not, or null. {@code maxRows} bounds the inputs'
+   * rows of all the states of this JVM together: when this one would pass it, the states used least
+   * recently are dropped first (their next refresh runs the usual plan and builds them again), and when
+   * this one alone passes it, it is not kept.
+   */
   private static String fill(
+      String name,
       State state,
       Dataset<Row> leftRows,
       Dataset<Row> rightRows,
@@ -296,6 +310,7 @@ final class WarmJoinState {
       int[] outputKey,
       long maxRows) {
     long rows = 0;
+    long others = heldByOthers(name);
     for (Iterator<Row> it = leftRows.toLocalIterator(); it.hasNext(); ) {
       Row row = it.next();
       Row key = project(row, state.leftKey);
@@ -303,7 +318,7 @@ final class WarmJoinState {
         return "the left table repeats a key (or holds a null key)";
       }
       state.putLeft(key, row);
-      if (++rows > maxRows) {
+      if (++rows + others > maxRows && (others = makeRoom(name, rows, maxRows)) < 0) {
         return "the inputs hold more than " + maxRows + " rows (spark.fkjoin.warmState.maxRows)";
       }
     }
@@ -313,7 +328,7 @@ final class WarmJoinState {
       if (key == null || state.right.put(key, row) != null) {
         return "the right table repeats a key (or holds a null key)";
       }
-      if (++rows > maxRows) {
+      if (++rows + others > maxRows && (others = makeRoom(name, rows, maxRows)) < 0) {
         return "the inputs hold more than " + maxRows + " rows (spark.fkjoin.warmState.maxRows)";
       }
     }
@@ -329,6 +344,48 @@ final class WarmJoinState {
     return null;
   }
 
+  /** The inputs' rows the other states of this JVM hold. */
+  private static long heldByOthers(String name) {
+    long held = 0;
+    for (Map.Entry<String, State> entry : STATES.entrySet()) {
+      if (!entry.getKey().equals(name)) {
+        held += entry.getValue().inputRows();
+      }
+    }
+    return held;
+  }
+
+  /**
+   * Drop the least recently used other states until {@code rows} more fit under {@code maxRows}; the
+   * rows the others still hold, or -1 when {@code rows} alone pass the bound.
+   */
+  private static long makeRoom(String name, long rows, long maxRows) {
+    if (rows > maxRows) {
+      return -1;
+    }
+    long others = heldByOthers(name);
+    while (rows + others > maxRows) {
+      Map.Entry<String, State> oldest = null;
+      for (Map.Entry<String, State> entry : STATES.entrySet()) {
+        if (!entry.getKey().equals(name)
+            && (oldest == null || entry.getValue().lastUsed < oldest.getValue().lastUsed)) {
+          oldest = entry;
+        }
+      }
+      if (oldest == null) {
+        return -1;
+      }
+      if (STATES.remove(oldest.getKey(), oldest.getValue())) {
+        FAILED.put(
+            oldest.getKey(),
+            "the warm state was dropped to make room for another output's "
+                + "(spark.fkjoin.warmState.maxRows bounds all the states of a JVM together)");
+      }
+      others = heldByOthers(name);
+    }
+    return others;
+  }
+
   private static void lookup(SparkSession spark, JsonNode request, ObjectNode answer) {
     String name = NetChangeCommit.required(request, "state").asText();
     awaitBuild(name);
@@ -342,6 +399,7 @@ final class WarmJoinState {
               : "this JVM holds no warm state for the output (its first refresh here, or a restart)");
       return;
     }
+    state.lastUsed = System.currentTimeMillis();
     Long built = BUILT.remove(name);
     if (built != null) {
       answer.put("built_ms", built);
