@@ -31,6 +31,7 @@ from bench.common import (
     add_common,
     bench_spark,
     command_line,
+    conf_pairs,
     delta_history,
     delta_path_sql,
     json_out,
@@ -74,6 +75,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="the engine refresh keeps its warm state in the session's JVM (warm_state: true): the first "
         "refresh builds it, later ones look up what they would scan",
     )
+    p.add_argument(
+        "--candidates",
+        choices=["all", "engine-and-recompute"],
+        default="all",
+        help="engine-and-recompute: only the engine's refresh and the recompute (no floor candidates, "
+        "half the copies of the inputs): for sizes where the floors are already known",
+    )
+    p.add_argument(
+        "--conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a Spark setting for the benchmark's session (repeatable), e.g. spark.driver.memory=18g",
+    )
     args = p.parse_args(argv)
     args.json_out = json_out(args.json_out, "floor")
     return args
@@ -85,9 +100,10 @@ def main(argv: list[str] | None = None) -> int:
 
     from airflow_provider_fkjoin.engine import run_spec
 
-    spark = bench_spark(args)
+    spark = bench_spark(args, conf_pairs(args.conf))
     props = {"delta.enableChangeDataFeed": "true", "delta.enableDeletionVectors": "true"}
-    candidates = ("engine refresh", "floor, separate actions", "floor, one action", "full recompute")
+    floors = ("floor, separate actions", "floor, one action") if args.candidates == "all" else ()
+    candidates = ("engine refresh", *floors, "full recompute")
 
     def write(frame, path: str, mode: str = "error") -> None:  # "error": Connect has no "errorifexists"
         writer = frame.write.format("delta").mode(mode)
@@ -145,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
         return spec
 
     run_spec(spec_for("engine refresh"), spark=spark)
-    for name in ("floor, separate actions", "floor, one action"):
+    for name in floors:
         run_spec(spec_for(name), spark=spark)  # the floor appends to an output of the same size
     how = spec_for("engine refresh")["how"]
     output_columns = spark.read.format("delta").load(paths("engine refresh")["out"]).schema
@@ -328,6 +344,7 @@ def main(argv: list[str] | None = None) -> int:
         "left_columns": args.left_columns,
         "data": args.data,
         "warm_state": args.warm_state,
+        "conf": conf_pairs(args.conf),
         "median_wall_s": {name: median(r["wall_s"] for r in runs) for name, runs in results.items()},
         "runs": results,
         "engine_equals_recompute": results_verified,
