@@ -55,9 +55,9 @@ def _refresh_and_check(spark, spec: dict[str, Any], out: Path, how: str) -> dict
 
 @pytest.mark.parametrize("how", ["left", "inner"])
 def test_warm_refreshes_equal_the_join(spark, tmp_path: Path, how: str) -> None:
-    """Left inserts, updates, foreign-key moves and deletes, right renames, deletes and late arrivals,
-    a null foreign key, an OPTIMIZE of the output by its user: every refresh after the first is served
-    by the warm state and equals the join recomputed from scratch."""
+    """Left inserts, updates, foreign-key moves, identical rewrites and deletes, right renames, deletes
+    and late arrivals, a null foreign key, an OPTIMIZE of the output by its user: every refresh after the
+    first is served by the warm state and equals the join recomputed from scratch."""
     orders = [(1, 10, 1.0), (2, 10, 2.0), (3, 20, 3.0), (4, None, 4.0), (5, 30, 5.0)]
     spec, orders_path, customers_path, out = orders_customers(
         spark, tmp_path, orders, [(10, "a"), (20, "b")], how
@@ -73,6 +73,8 @@ def test_warm_refreshes_equal_the_join(spark, tmp_path: Path, how: str) -> None:
             spark, str(orders_path), [_order(2, 20, 2.5), _order(6, 10, 6.0), _order(4, 20, 4.0)], ORDER_KEY
         ),
         lambda: upsert(spark, str(customers_path), [{"customer_id": 30, "name": "c"}], CUSTOMER_KEY),
+        # an identical rewrite: the output row stays where it is, and the next step must still find it
+        lambda: upsert(spark, str(orders_path), [_order(2, 20, 2.5)], ORDER_KEY),
         lambda: delete_keys(spark, str(customers_path), [20], CUSTOMER_KEY),
         lambda: delete_keys(spark, str(orders_path), [1, 5], ORDER_KEY),
         lambda: spark.sql(f"OPTIMIZE delta.`{out}`").collect(),

@@ -62,6 +62,7 @@ final class WarmJoinState {
   static final String NET = "_fkjoin_net";
   private static final long ROW_BITS = 40;
   private static final long ROW_MASK = (1L << ROW_BITS) - 1;
+  private static final long NO_POSITION = -1L;
 
   private static final Map<String, State> STATES = new ConcurrentHashMap<>();
   private static final Map<String, Pending> PENDING = new ConcurrentHashMap<>();
@@ -89,11 +90,12 @@ final class WarmJoinState {
     final int[] leftKey;
     final int[] leftFk;
     final int[] rightKey;
-    final HashMap<Row, Row> left = new HashMap<>();
+    /** Left key to its row and its output row's position (the output's key is the left key). */
+    final HashMap<Row, Held> left = new HashMap<>();
     final HashMap<Row, Set<Row>> byFk = new HashMap<>();
     final HashMap<Row, Row> right = new HashMap<>();
-    /** Output key to its file (an index into {@link #files}) and row index, packed in one long. */
-    final HashMap<Row, Long> positions = new HashMap<>();
+    /** How many left keys have an output row's position. */
+    long positioned;
     final List<String> files = new ArrayList<>();
     final Map<String, Integer> fileIndex = new HashMap<>();
     /** When a refresh last used (or a build finished) this state: the bound drops the oldest first. */
@@ -125,16 +127,24 @@ final class WarmJoinState {
     }
 
     long rows() {
-      return left.size() + right.size() + positions.size();
+      return left.size() + right.size() + positioned;
     }
+
 
     /** The inputs' rows held: what {@code spark.fkjoin.warmState.maxRows} bounds. */
     long inputRows() {
       return left.size() + right.size();
     }
 
+    /** Hold {@code row} for {@code key}; a key held already keeps its output row's position. */
     void putLeft(Row key, Row row) {
-      left.put(key, row);
+      Held held = left.get(key);
+      if (held == null) {
+        left.put(key, new Held(row));
+      } else {
+        unindex(key, held.row);
+        held.row = row;
+      }
       Row fk = project(row, leftFk);
       if (fk != null) {
         byFk.computeIfAbsent(fk, ignored -> new HashSet<>(2)).add(key);
@@ -142,11 +152,18 @@ final class WarmJoinState {
     }
 
     void removeLeft(Row key) {
-      Row old = left.remove(key);
+      Held old = left.remove(key);
       if (old == null) {
         return;
       }
-      Row fk = project(old, leftFk);
+      if (old.position != NO_POSITION) {
+        positioned--;
+      }
+      unindex(key, old.row);
+    }
+
+    private void unindex(Row key, Row row) {
+      Row fk = project(row, leftFk);
       Set<Row> keys = fk == null ? null : byFk.get(fk);
       if (keys != null) {
         keys.remove(key);
@@ -156,15 +173,44 @@ final class WarmJoinState {
       }
     }
 
-    /** False when the key already has a position (the output holds it twice). */
-    boolean putPosition(Row key, String file, long row) {
+    /** Place the output row of {@code key}; why not (the output holds the key twice, or a key the left
+     * table does not), or null. */
+    String putPosition(Row key, String file, long row) {
+      Held held = key == null ? null : left.get(key);
+      if (held == null) {
+        return "the output holds a key the left table does not (or a null key)";
+      }
+      if (held.position != NO_POSITION) {
+        return "the output holds a key twice";
+      }
       Integer index = fileIndex.get(file);
       if (index == null) {
         index = files.size();
         files.add(file);
         fileIndex.put(file, index);
       }
-      return positions.put(key, ((long) index << ROW_BITS) | (row & ROW_MASK)) == null;
+      held.position = ((long) index << ROW_BITS) | (row & ROW_MASK);
+      positioned++;
+      return null;
+    }
+
+    /** Forget the output row's position of {@code key} (its row was replaced or deleted). */
+    void clearPosition(Row key) {
+      Held held = left.get(key);
+      if (held != null && held.position != NO_POSITION) {
+        held.position = NO_POSITION;
+        positioned--;
+      }
+    }
+  }
+
+  /** A left row and where its output row is: a file index and row index packed in one long. */
+  private static final class Held {
+    Row row;
+    long position = NO_POSITION;
+
+    Held(Row row) {
+      this.row = row;
     }
   }
 
@@ -337,8 +383,9 @@ final class WarmJoinState {
     for (Iterator<Row> it = located.toLocalIterator(); it.hasNext(); ) {
       Row row = it.next();
       Row key = project(row, outputKey);
-      if (key == null || !state.putPosition(key, row.getString(file), row.getLong(position))) {
-        return "the output holds a key twice (or a null key)";
+      String problem = state.putPosition(key, row.getString(file), row.getLong(position));
+      if (problem != null) {
+        return problem;
       }
     }
     return null;
@@ -461,17 +508,18 @@ final class WarmJoinState {
       Set<Row> needed = new LinkedHashSet<>(rightChanged.keySet());
       List<Row> located = new ArrayList<>();
       for (Row key : affected) {
-        Row current = leftChanged.containsKey(key) ? leftChanged.get(key) : state.left.get(key);
+        Held held = state.left.get(key);
+        Row previous = held == null ? null : held.row;
+        Row current = leftChanged.containsKey(key) ? leftChanged.get(key) : previous;
         if (current != null) {
           leftRows.add(current);
           addIfPresent(needed, project(current, state.leftFk));
         }
-        Row previous = state.left.get(key);
         if (previous != null && previous != current) {
           addIfPresent(needed, project(previous, state.leftFk));
         }
-        Long at = state.positions.get(key);
-        if (at != null) {
+        if (held != null && held.position != NO_POSITION) {
+          long at = held.position;
           Object[] values = new Object[key.length() + 2];
           for (int i = 0; i < key.length(); i++) {
             values[i] = key.get(i);
@@ -590,8 +638,9 @@ final class WarmJoinState {
         return;
       }
       for (Map.Entry<Row, Row> change : pending.left().entrySet()) {
-        state.removeLeft(change.getKey());
-        if (change.getValue() != null) {
+        if (change.getValue() == null) {
+          state.removeLeft(change.getKey());
+        } else {
           state.putLeft(change.getKey(), change.getValue());
         }
       }
@@ -612,7 +661,7 @@ final class WarmJoinState {
           all[i] = i;
         }
         for (Row row : keys.collectAsList()) {
-          state.positions.remove(project(row, all));
+          state.clearPosition(project(row, all));
         }
       }
       DeltaLog log = DeltaLog.forTable(spark, NetChangeCommit.required(request, "output").asText());
@@ -675,7 +724,12 @@ final class WarmJoinState {
       }
     }
     if (!gone.isEmpty()) {
-      state.positions.values().removeIf(at -> gone.contains((int) (at >>> ROW_BITS)));
+      for (Held held : state.left.values()) {
+        if (held.position != NO_POSITION && gone.contains((int) (held.position >>> ROW_BITS))) {
+          held.position = NO_POSITION;
+          state.positioned--;
+        }
+      }
     }
     String problem = readPositions(spark, state, added);
     if (problem == null) {
@@ -707,8 +761,10 @@ final class WarmJoinState {
     }
     for (Row row : rows.collectAsList()) {
       String file = byName.get(row.getString(key.length));
-      if (file == null || !state.putPosition(project(row, key), file, row.getLong(key.length + 1))) {
-        return "the output's new file " + file + " holds a key the state already places";
+      String problem =
+          file == null ? "unknown file" : state.putPosition(project(row, key), file, row.getLong(key.length + 1));
+      if (problem != null) {
+        return "the output's new file " + file + ": " + problem;
       }
     }
     return null;
