@@ -335,6 +335,7 @@ def main(argv: list[str] | None = None) -> int:
         results_verified.append(
             same_table(spark, paths("engine refresh")["out"], paths("full recompute")["out"])
         )
+    report_heap = warm_state_heap(spark, paths("engine refresh")["out"], results["engine refresh"])
     report = {
         "command": command_line("bench.floor"),
         "left_rows": args.left_rows,
@@ -349,8 +350,41 @@ def main(argv: list[str] | None = None) -> int:
         "runs": results,
         "engine_equals_recompute": results_verified,
     }
+    if args.warm_state and report_heap is not None:
+        report["warm_state_heap"] = report_heap
     write_report(report, args.json_out)
     return 0
+
+
+def warm_state_heap(spark, out: str, runs: list[dict]) -> dict | None:
+    """The driver heap the output's warm state takes: used heap after a full GC with the state, less the
+    same after dropping it (a classic session only: a Connect client cannot reach the server's JVM)."""
+    held = [r["warm_state"]["lookup"]["held_rows"] for r in runs if (r.get("warm_state") or {}).get("used")]
+    jvm = getattr(getattr(spark, "sparkContext", None), "_jvm", None) if not is_connect(spark) else None
+    if not held or jvm is None:
+        return None
+    from airflow_provider_fkjoin.engine.core.spec import TableRef
+    from airflow_provider_fkjoin.engine.delta.tables import DeltaHandle
+    from airflow_provider_fkjoin.engine.delta.warm_state import WarmState
+
+    def used() -> int:
+        runtime = jvm.java.lang.Runtime.getRuntime()
+        for _ in range(3):
+            jvm.java.lang.System.gc()
+        return int(runtime.totalMemory() - runtime.freeMemory())
+
+    with_state = used()
+    WarmState(spark, DeltaHandle(spark, TableRef(path=out), "output")).drop()
+    state_bytes = with_state - used()
+    return {
+        "bytes": state_bytes,
+        "held_rows": held[-1],
+        "bytes_per_row": round(state_bytes / held[-1], 1),
+    }
+
+
+def is_connect(spark) -> bool:
+    return type(spark).__module__.startswith("pyspark.sql.connect")
 
 
 if __name__ == "__main__":
