@@ -359,13 +359,15 @@ def main(argv: list[str] | None = None) -> int:
 def warm_state_heap(spark, out: str, runs: list[dict]) -> dict | None:
     """The driver heap the output's warm state takes: used heap after a full GC with the state, less the
     same after dropping it (a classic session only: a Connect client cannot reach the server's JVM)."""
-    held = [r["warm_state"]["lookup"]["held_rows"] for r in runs if (r.get("warm_state") or {}).get("used")]
-    jvm = getattr(getattr(spark, "sparkContext", None), "_jvm", None) if not is_connect(spark) else None
-    if not held or jvm is None:
-        return None
+    from airflow_provider_fkjoin.engine import is_connect
     from airflow_provider_fkjoin.engine.core.spec import TableRef
     from airflow_provider_fkjoin.engine.delta.tables import DeltaHandle
     from airflow_provider_fkjoin.engine.delta.warm_state import WarmState
+
+    held = [r["warm_state"]["lookup"]["held_rows"] for r in runs if (r.get("warm_state") or {}).get("used")]
+    if not held or is_connect(spark):
+        return None
+    jvm = spark.sparkContext._jvm
 
     def used() -> int:
         runtime = jvm.java.lang.Runtime.getRuntime()
@@ -381,10 +383,6 @@ def warm_state_heap(spark, out: str, runs: list[dict]) -> dict | None:
         "held_rows": held[-1],
         "bytes_per_row": round(state_bytes / held[-1], 1),
     }
-
-
-def is_connect(spark) -> bool:
-    return type(spark).__module__.startswith("pyspark.sql.connect")
 
 
 if __name__ == "__main__":

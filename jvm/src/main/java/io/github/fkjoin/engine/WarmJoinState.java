@@ -130,7 +130,6 @@ final class WarmJoinState {
       return left.size() + right.size() + positioned;
     }
 
-
     /** The inputs' rows held: what {@code spark.fkjoin.warmState.maxRows} bounds. */
     long inputRows() {
       return left.size() + right.size();
