@@ -8,6 +8,8 @@ that does not rebuild the output.
 
 from __future__ import annotations
 
+import json
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -17,50 +19,128 @@ from helpers import CUSTOMERS, ORDERS, append_rows, oracle, output_state, write
 from pyspark.sql import SparkSession
 
 from airflow_provider_fkjoin.engine import InputDataError, SpecError, run_spec
-from airflow_provider_fkjoin.engine.core.planning import (
-    CostModel,
-    choose_strategy,
-    estimate_costs,
+from airflow_provider_fkjoin.engine.core.cost_history import (
+    CostObservation,
+    PlanChoice,
+    PlanFeatures,
+    choose_plan,
+    cluster_id,
+    learned_estimate,
+    observations,
+    slower_than_expected,
+    strategy_record,
 )
+from airflow_provider_fkjoin.engine.core.planning import CostModel, StrategyEstimate
 from airflow_provider_fkjoin.engine.core.spec import load_spec, spec_fingerprint
+
+
+def _features(feed: int, tables: int, output: int) -> PlanFeatures:
+    return PlanFeatures(
+        feed_bytes=feed, input_bytes=tables, output_bytes=output, incremental_jobs=6, recompute_jobs=4
+    )
+
+
+def _auto(features: PlanFeatures, history: list[CostObservation] = (), **kwargs: Any) -> PlanChoice:  # type: ignore[assignment]
+    return choose_plan("auto", learned_estimate(features, CostModel(), list(history), "c1"), **kwargs)
 
 
 def test_the_estimate_prefers_the_incremental_plan_when_little_changed_in_large_tables() -> None:
     """10M-row tables with a few kilobytes changed: reading the whole output and shuffling the join
     costs more than the incremental plan's few extra jobs."""
-    estimate = estimate_costs(
-        feed_bytes=200_000,
-        input_bytes=2_000_000_000,
-        output_bytes=1_500_000_000,
-        incremental_jobs=6,
-        recompute_jobs=4,
-    )
-    assert estimate.incremental_s < estimate.recompute_s
-    assert choose_strategy("auto", estimate)[0] == "incremental"
+    features = _features(200_000, 2_000_000_000, 1_500_000_000)
+    prior = features.prior(CostModel())
+    assert prior.incremental_s < prior.recompute_s
+    choice = _auto(features)
+    assert (choice.chosen, choice.basis) == ("incremental", "prior")
 
 
 def test_the_estimate_prefers_recomputing_tiny_tables_and_large_change_feeds() -> None:
     """Kilobyte tables: jobs are the whole cost, and a recompute runs fewer. A change feed as large as
-    the tables: the feed's pre- and post-images cost more than reading the tables once."""
-    tiny = estimate_costs(
-        feed_bytes=3_000, input_bytes=40_000, output_bytes=30_000, incremental_jobs=6, recompute_jobs=4
-    )
-    assert choose_strategy("auto", tiny)[0] == "recompute"
-    churn = estimate_costs(
-        feed_bytes=400_000_000,
-        input_bytes=300_000_000,
-        output_bytes=250_000_000,
-        incremental_jobs=6,
-        recompute_jobs=4,
-    )
-    assert choose_strategy("auto", churn)[0] == "recompute"
+    the tables is past the change ratio: recomputed without estimating, unless the ratio is turned off,
+    when the estimate still says recompute (the feed's images cost more than reading the tables once)."""
+    assert _auto(_features(3_000, 400_000, 300_000)).chosen == "recompute"
+    churn = _features(400_000_000, 300_000_000, 250_000_000)
+    assert (_auto(churn).chosen, _auto(churn).basis) == ("recompute", "change_ratio")
+    assert "spark.fkjoin.recomputeChangeRatio" in _auto(churn).reason
+    unlimited = _auto(churn, change_ratio_limit=0)
+    assert (unlimited.chosen, unlimited.basis) == ("recompute", "prior")
 
 
 def test_the_spec_forces_a_strategy_and_an_unknown_estimate_runs_the_incremental_plan() -> None:
-    assert choose_strategy("recompute", None) == ("recompute", "refresh_strategy: recompute in the spec")
-    assert choose_strategy("incremental", None)[0] == "incremental"
-    chosen, reason = choose_strategy("auto", None, "the change feed size of input left is unknown")
-    assert chosen == "incremental" and "input left" in reason
+    assert choose_plan("recompute", None) == PlanChoice(
+        "recompute", "refresh_strategy: recompute in the spec", "spec"
+    )
+    assert choose_plan("incremental", None).chosen == "incremental"
+    choice = choose_plan("auto", None, unknown="the change feed size of input left is unknown")
+    assert choice.chosen == "incremental" and "input left" in choice.reason and choice.basis == "unknown"
+
+
+def _observed(
+    plan: str, factor: float, features: PlanFeatures, version: int, cluster: str = "c1"
+) -> CostObservation:
+    """An earlier refresh whose plan took ``factor`` times its prior estimate."""
+    prior = features.prior(CostModel())
+    seconds = (prior.incremental_s if plan == "incremental" else prior.recompute_s) * factor
+    return CostObservation(plan, seconds, features, cluster, version)
+
+
+def test_the_history_overrides_a_prior_that_flatters_the_incremental_plan() -> None:
+    """The prior says incremental (as it did at FK 1M x 100K, 1% changed, where the incremental plan took
+    twice its estimate); after refreshes that took 2.5x the prior, and a full rebuild that ran at the
+    prior's speed, the estimate recomputes. The same history from another cluster is not used."""
+    features = _features(2_000_000, 60_000_000, 50_000_000)
+    assert _auto(features).chosen == "incremental"
+    history = [_observed("incremental", 2.5, features, v) for v in (5, 4, 3)]
+    history.append(_observed("full", 1.0, features, 1))
+    learned = learned_estimate(features, CostModel(), history, "c1")
+    assert learned.basis == "history" and learned.runs == {"incremental": 3, "recompute": 0}
+    assert learned.estimate.incremental_s == pytest.approx(2.5 * learned.prior.incremental_s)
+    assert learned.estimate.recompute_s == pytest.approx(learned.prior.recompute_s)
+    assert choose_plan("auto", learned).chosen == "recompute"
+    elsewhere = learned_estimate(features, CostModel(), history, "other-cluster")
+    assert elsewhere.basis == "prior" and choose_plan("auto", elsewhere).chosen == "incremental"
+
+
+def test_a_plan_not_run_lately_is_tried_once_when_its_estimate_is_close() -> None:
+    """Eight incremental refreshes at their prior's speed, and a full rebuild that puts the recompute's
+    estimate 10% above the incremental plan's: the recompute is tried once, then the estimate decides."""
+    features = _features(2_000_000, 60_000_000, 50_000_000)
+    prior = features.prior(CostModel())
+    history = [_observed("incremental", 1.0, features, v) for v in range(20, 12, -1)]
+    history.append(_observed("full", 1.1 * prior.incremental_s / prior.recompute_s, features, 1))
+    choice = _auto(features, history)
+    assert (choice.chosen, choice.basis) == ("recompute", "explore"), choice
+    assert _auto(features, history[:7]).chosen == "incremental"  # fewer than eight refreshes: no trial
+    after = [_observed("recompute", 1.2 * prior.incremental_s / prior.recompute_s, features, 21), *history]
+    assert (_auto(features, after).chosen, _auto(features, after).basis) == ("incremental", "history")
+
+
+def test_observations_come_from_the_refresh_commits_in_the_history() -> None:
+    """What a refresh records (``strategy_record``) and its commit's timestamp give the plan's seconds;
+    commits of others, or without a record, are skipped."""
+    features = _features(10, 1_000, 500)
+    payload = {
+        "started_at": "2026-01-05T12:00:00+00:00",
+        "strategy": strategy_record("recompute", 1.5, features, "c1"),
+    }
+    history = [
+        {"version": 9, "timestamp": datetime(2026, 1, 5, 12, 5, tzinfo=UTC), "userMetadata": None},
+        {
+            "version": 8,
+            "timestamp": datetime(2026, 1, 5, 12, 0, 6, tzinfo=UTC),
+            "userMetadata": json.dumps({"fkjoin": payload}),
+        },
+        {"version": 7, "timestamp": 1767614400000, "userMetadata": json.dumps({"fkjoin": {"seq": 1}})},
+    ]
+    assert observations(history) == [CostObservation("recompute", 4.5, features, "c1", 8)]
+    assert cluster_id("sc://h:15002/;token=abc") == cluster_id("sc://h:15002")
+
+
+def test_a_plan_slower_than_the_other_plans_estimate_is_named() -> None:
+    estimate = StrategyEstimate(4.0, 5.0, 0, 0, 0)
+    assert slower_than_expected("incremental", 7.4, estimate) is None
+    assert slower_than_expected("incremental", 7.6, estimate) == "recompute"
+    assert slower_than_expected("recompute", 6.1, estimate) == "incremental"
 
 
 def test_the_cost_model_is_tuned_by_session_settings(spark: SparkSession) -> None:
@@ -114,7 +194,18 @@ def test_auto_reports_its_choice_and_a_forced_recompute_refuses_duplicate_keys(
     assert strategy["chosen"] == "recompute", strategy
     assert strategy["estimate"]["recompute_s"] < strategy["estimate"]["incremental_s"], strategy
     assert strategy["estimate"]["feed_bytes"] > 0, strategy
+    # the first (full) refresh recorded its cost in its commit: the estimate learned from it
+    assert strategy["estimate"]["basis"] == "history", strategy
+    assert strategy["requested"] == "auto" and strategy["actual_s"] > 0, strategy
     assert result["rows"]["updated"] == 10
+    assert output_state(spark, out) == oracle(spark, result, "left")
+    recorded = json.loads(DeltaTable.forPath(spark, str(out)).history(1).first()["userMetadata"])
+    assert recorded["fkjoin"]["strategy"]["chosen"] == "recompute"
+    assert set(recorded["fkjoin"]["strategy"]["features"]) >= {"feed_bytes", "input_bytes", "output_bytes"}
+
+    DeltaTable.forPath(spark, str(customers)).update("customer_id = 3", {"name": "'again'"})
+    result = run_spec(_spec(tmp_path), spark=spark)
+    assert result["strategy"]["estimate"]["runs"]["recompute"] == 1, result["strategy"]
     assert output_state(spark, out) == oracle(spark, result, "left")
 
     version = DeltaTable.forPath(spark, str(out)).history(1).first()["version"]

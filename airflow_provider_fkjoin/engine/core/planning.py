@@ -161,14 +161,12 @@ def plan_refresh(
     return RefreshPlan("incremental", "changes since the last refresh", from_versions)
 
 
-STRATEGIES = ("incremental", "recompute")
-
-
 @dataclass(frozen=True)
 class CostModel:
     """What the refresh-strategy estimate weighs (:func:`estimate_costs`): a Spark job's fixed cost, and
-    how fast the cluster reads table bytes. Measured on 2 cores (``bench/strategy.py``); a session tunes
-    them with ``spark.fkjoin.cost.*`` (:func:`..runtime.session.cost_model`)."""
+    how fast the cluster reads table bytes. Measured on 2 cores; the prior of each output's learned
+    estimate (:mod:`.cost_history`), which a session tunes with ``spark.fkjoin.cost.*``
+    (:func:`..runtime.session.cost_model`)."""
 
     #: Seconds per Spark job of the plan (scheduling, planning, the driver between jobs).
     job_s: float = 0.45
@@ -230,29 +228,6 @@ def estimate_costs(
     )
     recompute = recompute_jobs * model.job_s + (input_bytes + output_bytes) * model.recompute_weight / rate
     return StrategyEstimate(incremental, recompute, feed_bytes, input_bytes, output_bytes)
-
-
-def choose_strategy(
-    requested: str, estimate: StrategyEstimate | None, unknown: str | None = None
-) -> tuple[str, str]:
-    """The strategy an incremental refresh takes, and why: what the spec asks (``refresh_strategy``), or
-    for ``auto`` the cheaper estimate (the incremental plan on a tie, or when there is no estimate:
-    ``unknown`` says why).
-
-    >>> choose_strategy("auto", estimate_costs(feed_bytes=10, input_bytes=10_000, output_bytes=9_000,
-    ...                                        incremental_jobs=6, recompute_jobs=4))[0]
-    'recompute'
-    """
-    if requested in STRATEGIES:
-        return requested, f"refresh_strategy: {requested} in the spec"
-    if estimate is None:
-        return "incremental", f"no cost estimate ({unknown or 'unknown sizes'}): the incremental plan"
-    cheaper = "recompute" if estimate.recompute_s < estimate.incremental_s else "incremental"
-    return cheaper, (
-        f"estimated {estimate.incremental_s:.2f} s incremental against {estimate.recompute_s:.2f} s "
-        f"recomputing ({estimate.feed_bytes} change-feed bytes, {estimate.input_bytes} input bytes, "
-        f"{estimate.output_bytes} output bytes)"
-    )
 
 
 def cdf_unavailable_reason(side: str, location: str, after: int, to: int, error: Exception) -> str:

@@ -18,7 +18,10 @@ import json
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .cost_history import CostObservation
 
 METADATA_KEY = "fkjoin"
 FORMAT_VERSION = 1
@@ -120,6 +123,9 @@ class OutputLog:
     latest_version: int | None = None
     #: The bytes of the output's data files (None: no output yet, or unknown).
     size_bytes: int | None = None
+    #: What the plans of the output's recent refreshes cost (:func:`.cost_history.observations`), newest
+    #: first.
+    costs: tuple[CostObservation, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -172,13 +178,16 @@ def new_progress_metadata(
     origin: dict[str, Any] | None = None,
     spec_fields: dict[str, str] | None = None,
     started_at: str | None = None,
+    strategy: dict[str, Any] | None = None,
 ) -> tuple[str, str]:
     """The userMetadata JSON for a commit and the token that identifies this refresh's commit.
 
     ``origin`` says who ran the refresh (``{"dag_id": ..., "run_id": ..., "task_id": ..., "map_index": ...,
     "try_number": ...}`` from the Airflow hook), so a retry can find the commit an earlier try made.
     ``started_at`` (ISO 8601, UTC) is when the refresh started: with the commit's own timestamp it gives
-    the refresh's duration to anyone reading the log (the Airflow UI's Joins view)."""
+    the refresh's duration to anyone reading the log (the Airflow UI's Joins view). ``strategy`` is the plan
+    that ran and what it read (:func:`.cost_history.strategy_record`): the next refresh learns its costs
+    from it."""
     token = uuid.uuid4().hex
     payload = {
         "format": FORMAT_VERSION,
@@ -193,6 +202,7 @@ def new_progress_metadata(
         **({"origin": origin} if origin else {}),
         **({"spec_fields": spec_fields} if spec_fields else {}),
         **({"started_at": started_at} if started_at else {}),
+        **({"strategy": strategy} if strategy else {}),
     }
     return json.dumps({METADATA_KEY: payload}, sort_keys=True), token
 

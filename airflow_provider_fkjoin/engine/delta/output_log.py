@@ -4,6 +4,7 @@ sequence (what :mod:`..core.progress` parses), for the ownership check and the r
 from __future__ import annotations
 
 from ..core import progress
+from ..core.cost_history import observations
 from ..core.progress import OutputLog, Progress, scan_history, transaction_app_id
 from .tables import DeltaHandle
 
@@ -32,4 +33,5 @@ def read_output_log(output: DeltaHandle) -> OutputLog:
         state.table_id,
         scan.latest_version,
         state.size_bytes,
+        tuple(observations(history)),
     )

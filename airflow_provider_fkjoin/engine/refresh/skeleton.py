@@ -26,15 +26,23 @@ from typing import Any, ClassVar
 
 from pyspark.sql import DataFrame, SparkSession
 
+from ..core.cost_history import (
+    FULL,
+    WARN_RATIO,
+    LearnedEstimate,
+    PlanChoice,
+    PlanFeatures,
+    choose_plan,
+    learned_estimate,
+    slower_than_expected,
+    strategy_record,
+)
 from ..core.errors import FullRebuildRefusedError, SpecError, run_option
 from ..core.planning import (
     InputState,
     RebuildRequired,
     RefreshPlan,
     RefreshResult,
-    StrategyEstimate,
-    choose_strategy,
-    estimate_costs,
     plan_refresh,
     refresh_result,
 )
@@ -49,12 +57,20 @@ from ..core.trace import phase, phase_timeline
 from ..delta.changes import ObservedKeys, verify_observed
 from ..delta.output_log import read_output_log
 from ..delta.ownership import Ownership
-from ..delta.tables import DeltaHandle, TableState, feed_bytes, warm_file_reads
-from ..runtime.session import SMALL_REFRESH_BYTES_CONF, cost_model, is_small, small_refresh
+from ..delta.tables import ROW_POSITION_COLUMNS, DeltaHandle, TableState, feed_bytes, warm_file_reads
+from ..runtime.session import (
+    SMALL_REFRESH_BYTES_CONF,
+    cluster_name,
+    cost_model,
+    is_small,
+    recompute_change_ratio,
+    small_refresh,
+)
 from ..write.merge import Commit, CommitRequest, merge_output
 from ..write.net_changes import (
     MergeRequired,
     NetChanges,
+    changed_positions,
     commit_net_changes,
     compact_output,
     net_changes,
@@ -100,6 +116,9 @@ class RefreshContext:
     write_path: str = "auto"
     origin: dict[str, Any] | None = None
     spec_fields: dict[str, str] | None = None
+    #: The plan this refresh runs and what it reads (:func:`..core.cost_history.strategy_record`),
+    #: recorded in its commit for the next refresh's estimate; None for a kind with one plan.
+    strategy_record: dict[str, Any] | None = None
 
     @property
     def started_at(self) -> str:
@@ -133,6 +152,7 @@ class RefreshContext:
             origin=self.origin,
             spec_fields=self.spec_fields,
             started_at=self.started_at,
+            strategy=self.strategy_record,
         )
         return CommitRequest(
             metadata,
@@ -580,12 +600,15 @@ def _write(
     """Run the kind's incremental path (or, when the strategy says so, its recompute; either falls back to
     a full rebuild) or its full rebuild."""
     if plan.mode == "incremental":
-        strategy = _strategy(kind, refresh, plan, states)
+        strategy, learned = _strategy(kind, refresh, plan, states)
+        plan_started = time.monotonic()
         try:
             written = None
             if strategy is not None and strategy["chosen"] == "recompute":
                 written = _recompute(kind, refresh, plan, strategy)
             if written is None:
+                if strategy is not None and strategy["chosen"] == "recompute":
+                    _record_plan(kind, refresh, "incremental", learned, time.monotonic())
                 written = kind.incremental(refresh, plan)
         except RebuildRequired as unavailable:
             plan = RefreshPlan("full", str(unavailable), dict.fromkeys(current))
@@ -596,10 +619,16 @@ def _write(
                 plan = RefreshPlan(plan.mode, written.reason, plan.from_versions)
             result = kind.result(refresh, plan, written.commit, written.rows)
             if strategy is not None:
+                _checked(kind, refresh, strategy, learned, time.monotonic() - plan_started)
                 result["strategy"] = strategy
             return result
     if kind.append_only and kind.output.exists() and not kind.allows_replace(options):
         refuse_replacing_append_only(kind.identity.kind, kind.output, plan.reason, kind.replace_consequence)
+    if kind.recompute_jobs:
+        features = _features(kind, refresh, plan, states, feeds=False)
+        refresh.strategy_record = strategy_record(
+            FULL, time.monotonic() - refresh.started, features, cluster_name(kind.spark)
+        )
     written = kind.full(refresh, plan)
     phase("committed")
     kind.committed(refresh, plan, written.commit)
@@ -608,48 +637,115 @@ def _write(
 
 def _strategy(
     kind: KindRefresh, refresh: RefreshContext, plan: RefreshPlan, states: dict[str, TableState]
-) -> dict[str, Any] | None:
-    """How a keyed kind's incremental refresh computes its net changes (the result's ``strategy``):
-    what the spec's ``refresh_strategy`` asks, or for ``auto`` the cheaper plan by
-    :func:`..core.planning.estimate_costs` over the sizes in the logs. None for a kind without one."""
+) -> tuple[dict[str, Any] | None, LearnedEstimate | None]:
+    """How a keyed kind's incremental refresh computes its net changes (the result's ``strategy``), and
+    the estimate it weighed: what the spec's ``refresh_strategy`` asks, or for ``auto`` the plan
+    :func:`..core.cost_history.choose_plan` takes from the estimates learned from the output's log
+    (:func:`..core.cost_history.learned_estimate`). Both plans are estimated whatever the spec asks, so
+    that the result and the log can compare the plan that ran with the other. None for a kind without
+    a recompute plan. The plan is recorded in the refresh's commit (``refresh.strategy_record``)."""
     if not kind.recompute_jobs:
-        return None
+        return None, None
     requested = getattr(kind.identity, "refresh_strategy", "auto")
+    features = _features(kind, refresh, plan, states, feeds=True)
+    learned = None
+    unknown = None
+    if features is None:
+        unknown = "a change feed's or a table's size is unknown"
+    else:
+        learned = learned_estimate(
+            features, cost_model(kind.spark), list(refresh.log.costs), cluster_name(kind.spark)
+        )
     preferred = kind.preferred_strategy() if requested == "auto" else None
     if preferred is not None:
-        return {"chosen": preferred[0], "reason": preferred[1], "estimate": None}
-    estimate, unknown = None, None
-    if requested == "auto":
-        estimate, unknown = _estimate(kind, refresh, plan, states)
-    chosen, reason = choose_strategy(requested, estimate, unknown)
-    return {"chosen": chosen, "reason": reason, "estimate": estimate.as_dict() if estimate else None}
+        choice = PlanChoice(preferred[0], preferred[1], "state")
+    else:
+        choice = choose_plan(
+            requested, learned, unknown=unknown, change_ratio_limit=recompute_change_ratio(kind.spark)
+        )
+    _record_plan(kind, refresh, choice.chosen, learned, time.monotonic())
+    strategy: dict[str, Any] = {
+        "requested": requested,
+        "chosen": choice.chosen,
+        "reason": choice.reason,
+        "basis": choice.basis,
+        "estimate": learned.as_dict() if learned is not None else None,
+    }
+    return strategy, learned
 
 
-def _estimate(
-    kind: KindRefresh, refresh: RefreshContext, plan: RefreshPlan, states: dict[str, TableState]
-) -> tuple[StrategyEstimate | None, str | None]:
-    """Both plans' estimated cost from the logs (the feeds' bytes from their commits, the tables' bytes
-    pinned), or None and why not."""
-    sides = [side for side, after in plan.from_versions.items() if after is not None]
-    feeds = feed_bytes(
-        [(kind.handles[side], plan.from_versions[side] or 0, states[side].version) for side in sides]
+def _record_plan(
+    kind: KindRefresh, refresh: RefreshContext, chosen: str, learned: LearnedEstimate | None, at: float
+) -> None:
+    """Have the refresh's commit record the plan that runs from ``at`` (a ``time.monotonic()``) and what
+    it reads, for the next refresh's estimate (:func:`..core.cost_history.observations`)."""
+    features = learned.features if learned is not None else None
+    refresh.strategy_record = strategy_record(
+        chosen, at - refresh.started, features, cluster_name(kind.spark)
     )
-    missing = [side for side, size in zip(sides, feeds, strict=True) if size is None]
-    if missing:
-        return None, f"the change feed size of input {missing[0]} is unknown"
+
+
+def _checked(
+    kind: KindRefresh,
+    refresh: RefreshContext,
+    strategy: dict[str, Any],
+    learned: LearnedEstimate | None,
+    actual_s: float,
+) -> None:
+    """Add the plan's actual seconds to ``strategy``, and a warning (logged with the result) when the plan
+    that ran took more than :data:`..core.cost_history.WARN_RATIO` times the other plan's estimate."""
+    ran = strategy["chosen"] if "fallback" not in strategy else "incremental"
+    strategy["actual_s"] = round(actual_s, 3)
+    if learned is None:
+        return
+    faster = slower_than_expected(ran, actual_s, learned.estimate)
+    if faster is None:
+        return
+    other_s = learned.estimate.recompute_s if faster == "recompute" else learned.estimate.incremental_s
+    if strategy["basis"] == "spec":
+        setting = f"refresh_strategy: {strategy['requested']} in the spec (try {faster}, or leave it out)"
+    else:
+        setting = (
+            f"refresh_strategy (set {faster} to force it), spark.fkjoin.recomputeChangeRatio and "
+            "spark.fkjoin.cost.* (the estimate's prior)"
+        )
+    refresh.warnings.append(
+        f"output {kind.output.location}: the {ran} plan took {actual_s:.1f} s, more than "
+        f"{WARN_RATIO:g}x the {faster} plan's estimate ({other_s:.1f} s); if this repeats, look at {setting}"
+    )
+
+
+def _features(
+    kind: KindRefresh,
+    refresh: RefreshContext,
+    plan: RefreshPlan,
+    states: dict[str, TableState],
+    *,
+    feeds: bool,
+) -> PlanFeatures | None:
+    """What the refresh reads, as the cost model weighs it (None: a size is unknown): the change feeds'
+    bytes from their commits (none for a full rebuild, ``feeds=False``), the tables' bytes pinned, the
+    output's from its log."""
+    feed_total = 0
+    if feeds:
+        sides = [side for side, after in plan.from_versions.items() if after is not None]
+        sizes = feed_bytes(
+            [(kind.handles[side], plan.from_versions[side] or 0, states[side].version) for side in sides]
+        )
+        if any(size is None for size in sizes):
+            return None
+        feed_total = sum(size or 0 for size in sizes)
     input_bytes = _table_bytes(kind, states, None)
-    output_bytes = refresh.log.size_bytes
+    output_bytes = refresh.log.size_bytes if refresh.log.table_id is not None else 0
     if input_bytes is None or output_bytes is None:
-        return None, "a table's size is unknown"
-    estimate = estimate_costs(
-        feed_bytes=sum(size or 0 for size in feeds),
+        return None
+    return PlanFeatures(
+        feed_bytes=feed_total,
         input_bytes=input_bytes,
         output_bytes=output_bytes,
         incremental_jobs=kind.incremental_jobs,
         recompute_jobs=kind.recompute_jobs,
-        model=cost_model(kind.spark),
     )
-    return estimate, None
 
 
 def _recompute(
@@ -668,10 +764,11 @@ def _recompute(
         strategy["fallback"] = "this spec has no recompute (a changelog input): the incremental plan ran"
         return None
     assert refresh.log.latest_version is not None
-    previous = kind.output.read(refresh.log.latest_version)
-    if set(previous.columns) != set(recomputed.rows.columns):
+    previous = kind.output.read_with_positions(refresh.log.latest_version)
+    columns = [c for c in previous.columns if c not in ROW_POSITION_COLUMNS]
+    if set(columns) != set(recomputed.rows.columns):
         raise RebuildRequired(
-            f"the output {kind.output.location}'s columns {sorted(previous.columns)} differ from the "
+            f"the output {kind.output.location}'s columns {sorted(columns)} differ from the "
             f"join's columns {sorted(recomputed.rows.columns)}"
         )
     phase("changes_read")
@@ -682,7 +779,13 @@ def _recompute(
     try:
         verify_observed(list(recomputed.checks))
         phase("merge_started")
-        commit = refresh.commit_net_changes(net, recomputed.key, request, merge_fallback=False)
+        commit = refresh.commit_net_changes(
+            net,
+            recomputed.key,
+            request,
+            merge_fallback=False,
+            positions=changed_positions(net, recomputed.key),
+        )
     except MergeRequired as reason:
         strategy["fallback"] = (
             f"the recompute's net changes could not be committed ({reason}): the incremental plan ran"

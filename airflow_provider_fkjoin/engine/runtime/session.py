@@ -25,6 +25,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
+from ..core.cost_history import RECOMPUTE_CHANGE_RATIO, cluster_id
 from ..core.errors import SpecError
 from ..core.planning import CostModel
 from .packaging import DELTA_MAVEN_COORDINATE, ENGINE_LOG4J, delta_jars, local_jars
@@ -159,6 +160,43 @@ def cost_model(spark: SparkSession) -> CostModel:
         if tuned[field] <= 0:
             raise SpecError(f"conf {key}={text!r}: give a positive number")
     return CostModel(**tuned)
+
+
+#: The share of the inputs' bytes in their change feeds at or above which ``refresh_strategy: auto``
+#: recomputes without estimating (:func:`..core.cost_history.choose_plan`; 0 turns it off).
+RECOMPUTE_CHANGE_RATIO_CONF = "spark.fkjoin.recomputeChangeRatio"
+
+
+def recompute_change_ratio(spark: SparkSession) -> float:
+    """The session's :data:`RECOMPUTE_CHANGE_RATIO_CONF`, or its default.
+
+    >>> spark.conf.set("spark.fkjoin.recomputeChangeRatio", "0.5")
+    >>> recompute_change_ratio(spark)
+    0.5
+    """
+    text = spark.conf.get(RECOMPUTE_CHANGE_RATIO_CONF, None)
+    if text in (None, ""):
+        return RECOMPUTE_CHANGE_RATIO
+    try:
+        ratio = float(text)
+    except ValueError:
+        raise SpecError(
+            f"conf {RECOMPUTE_CHANGE_RATIO_CONF}={text!r}: give a number (0 turns it off)"
+        ) from None
+    if ratio < 0:
+        raise SpecError(f"conf {RECOMPUTE_CHANGE_RATIO_CONF}={text!r}: give a number >= 0 (0 turns it off)")
+    return ratio
+
+
+def cluster_name(spark: SparkSession) -> str:
+    """The cluster a refresh runs on, as the cost history tells clusters apart
+    (:func:`..core.cost_history.cluster_id`: a hash of the master and the executors' shape)."""
+    conf = spark.conf
+    return cluster_id(
+        conf.get("spark.master", None),
+        conf.get("spark.executor.instances", None),
+        conf.get("spark.executor.cores", None),
+    )
 
 
 def in_small_refresh(spark: SparkSession) -> bool:

@@ -118,9 +118,18 @@ def net_changes(
     compare by value). Unchanged keys stay in the frame (no change) so the commit can check that the
     output holds them as the inputs say. One job materialises the frame and counts the changes.
     ``null_safe`` keys (a declared ``pkey`` column may be null) compare with ``<=>``.
+
+    When ``old`` is the output itself read with its rows' positions (:data:`ROW_POSITION_COLUMNS`, a
+    recompute's comparison), the frame keeps them: :func:`changed_positions` then hands the commit the
+    rows to replace, and the output is read once.
     """
     types = {f.name: f.dataType for f in new.schema.fields}
-    o = old.select(*[quote(c) for c in key + value_columns]).withColumn(_OLD, F.lit(True)).alias("o")
+    positions = [c for c in ROW_POSITION_COLUMNS if c in old.columns]
+    o = (
+        old.select(*[quote(c) for c in key + value_columns + positions])
+        .withColumn(_OLD, F.lit(True))
+        .alias("o")
+    )
     n = new.select(*[quote(c) for c in key + value_columns]).withColumn(_NEW, F.lit(True)).alias("n")
     on = _key_condition("o", "n", key, null_safe)
     joined = o.join(n, on, "full_outer")
@@ -133,10 +142,19 @@ def net_changes(
         *[F.col(f"o.{quote(c)}").alias(PRE_IMAGE + c) for c in value_columns],
         change.alias(CHANGE),
         had.cast("int").alias(EXPECTED),
+        *[F.col(f"o.{c}").alias(c) for c in positions],
     )
     if not keep_unchanged:
         classified = classified.where(F.col(CHANGE).isNotNull())
     return counted_changes(classified, key, null_safe=null_safe)
+
+
+def changed_positions(changes: NetChanges, key: list[str]) -> DataFrame:
+    """Where the output holds the rows ``changes`` replaces or deletes (key, :data:`ROW_POSITION_COLUMNS`),
+    from a frame :func:`net_changes` built over the output read with its positions: the commit's
+    ``positions``, so it need not read the output's keys again."""
+    file, row = ROW_POSITION_COLUMNS
+    return changes.frame.where(F.col(file).isNotNull()).select(*[quote(c) for c in key], file, row)
 
 
 def counted_changes(classified: DataFrame, key: list[str], *, null_safe: bool = False) -> NetChanges:
@@ -325,7 +343,7 @@ def _require_columns(
     want = {
         f.name: f.dataType.simpleString()
         for f in frame.schema.fields
-        if f.name not in (CHANGE, EXPECTED) and not f.name.startswith(PRE_IMAGE)
+        if f.name not in (CHANGE, EXPECTED, *ROW_POSITION_COLUMNS) and not f.name.startswith(PRE_IMAGE)
     }
     if have != want:
         raise RebuildRequired(
