@@ -98,18 +98,57 @@ def cluster_id(master: str | None, executors: str | None = None, cores: str | No
 
 
 def strategy_record(
-    chosen: str, plan_start_s: float, features: PlanFeatures | None, cluster: str
+    chosen: str,
+    plan_start_s: float,
+    features: PlanFeatures | None,
+    cluster: str,
+    *,
+    estimate: StrategyEstimate | None = None,
+    basis: str | None = None,
 ) -> dict[str, Any]:
     """What a refresh commit records of its plan (the ``strategy`` entry of its progress metadata):
-    read back by :func:`observations` for the next refresh's estimate, and by the Joins view.
+    read back by :func:`observations` for the next refresh's estimate, and by ``fkjoin status`` and the
+    Joins view (with the commit's timestamp, :func:`plan_seconds` gives the plan's actual seconds).
+    ``basis`` is what chose the plan (:class:`PlanChoice`); ``estimate``, both plans' estimated seconds.
 
-    >>> strategy_record("recompute", 1.25, None, "ab12")
-    {'chosen': 'recompute', 'plan_start_s': 1.25, 'cluster': 'ab12'}
+    >>> strategy_record("recompute", 1.25, None, "ab12", basis="spec")
+    {'chosen': 'recompute', 'plan_start_s': 1.25, 'cluster': 'ab12', 'basis': 'spec'}
     """
     record: dict[str, Any] = {"chosen": chosen, "plan_start_s": round(plan_start_s, 3), "cluster": cluster}
+    if basis is not None:
+        record["basis"] = basis
     if features is not None:
         record["features"] = asdict(features)
+    if estimate is not None:
+        record["estimate"] = {
+            "incremental_s": round(estimate.incremental_s, 3),
+            "recompute_s": round(estimate.recompute_s, 3),
+        }
     return record
+
+
+def recorded_strategy(payload: dict[str, Any], committed_at: Any) -> dict[str, Any] | None:
+    """What a refresh commit says of its plan, as ``fkjoin status`` and the Joins view show it: the plan
+    (``chosen``: ``incremental``, ``recompute`` or ``full``), what chose it (``basis``), both plans'
+    estimated seconds (``estimate``, None when not estimated) and the plan's actual seconds
+    (``actual_s``); None for a commit that recorded no plan (an older version's, or an append-only kind's).
+
+    >>> shown = recorded_strategy({"started_at": "2026-01-05T12:00:00+00:00", "strategy": {
+    ...     "chosen": "recompute", "plan_start_s": 1.0, "basis": "history",
+    ...     "estimate": {"incremental_s": 6.0, "recompute_s": 3.5}}}, "2026-01-05T12:00:04+00:00")
+    >>> shown["chosen"], shown["estimate"]["incremental_s"], shown["actual_s"]
+    ('recompute', 6.0, 3.0)
+    """
+    record = payload.get("strategy")
+    if not isinstance(record, dict) or not isinstance(record.get("chosen"), str):
+        return None
+    estimate = record.get("estimate")
+    return {
+        "chosen": record["chosen"],
+        "basis": record.get("basis") if isinstance(record.get("basis"), str) else None,
+        "estimate": dict(estimate) if isinstance(estimate, dict) else None,
+        "actual_s": plan_seconds(payload, committed_at),
+    }
 
 
 def _utc(value: Any) -> datetime | None:

@@ -608,7 +608,7 @@ def _write(
                 written = _recompute(kind, refresh, plan, strategy)
             if written is None:
                 if strategy is not None and strategy["chosen"] == "recompute":
-                    _record_plan(kind, refresh, "incremental", learned, time.monotonic())
+                    _record_plan(kind, refresh, "incremental", learned, time.monotonic(), "fallback")
                 written = kind.incremental(refresh, plan)
         except RebuildRequired as unavailable:
             plan = RefreshPlan("full", str(unavailable), dict.fromkeys(current))
@@ -627,7 +627,7 @@ def _write(
     if kind.recompute_jobs:
         features = _features(kind, refresh, plan, states, feeds=False)
         refresh.strategy_record = strategy_record(
-            FULL, time.monotonic() - refresh.started, features, cluster_name(kind.spark)
+            FULL, time.monotonic() - refresh.started, features, cluster_name(kind.spark), basis="full"
         )
     written = kind.full(refresh, plan)
     phase("committed")
@@ -663,7 +663,7 @@ def _strategy(
         choice = choose_plan(
             requested, learned, unknown=unknown, change_ratio_limit=recompute_change_ratio(kind.spark)
         )
-    _record_plan(kind, refresh, choice.chosen, learned, time.monotonic())
+    _record_plan(kind, refresh, choice.chosen, learned, time.monotonic(), choice.basis)
     strategy: dict[str, Any] = {
         "requested": requested,
         "chosen": choice.chosen,
@@ -675,13 +675,23 @@ def _strategy(
 
 
 def _record_plan(
-    kind: KindRefresh, refresh: RefreshContext, chosen: str, learned: LearnedEstimate | None, at: float
+    kind: KindRefresh,
+    refresh: RefreshContext,
+    chosen: str,
+    learned: LearnedEstimate | None,
+    at: float,
+    basis: str,
 ) -> None:
-    """Have the refresh's commit record the plan that runs from ``at`` (a ``time.monotonic()``) and what
-    it reads, for the next refresh's estimate (:func:`..core.cost_history.observations`)."""
-    features = learned.features if learned is not None else None
+    """Have the refresh's commit record the plan that runs from ``at`` (a ``time.monotonic()``), what
+    chose it, both estimates and what it reads, for the next refresh's estimate
+    (:func:`..core.cost_history.observations`) and for ``fkjoin status`` and the Joins view."""
     refresh.strategy_record = strategy_record(
-        chosen, at - refresh.started, features, cluster_name(kind.spark)
+        chosen,
+        at - refresh.started,
+        learned.features if learned is not None else None,
+        cluster_name(kind.spark),
+        estimate=learned.estimate if learned is not None else None,
+        basis=basis,
     )
 
 
