@@ -9,6 +9,7 @@ that does not rebuild the output.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -99,6 +100,19 @@ def test_the_history_overrides_a_prior_that_flatters_the_incremental_plan() -> N
     assert choose_plan("auto", learned).chosen == "recompute"
     elsewhere = learned_estimate(features, CostModel(), history, "other-cluster")
     assert elsewhere.basis == "prior" and choose_plan("auto", elsewhere).chosen == "incremental"
+
+
+def test_a_first_full_rebuild_calibrates_the_recompute_at_the_output_s_size() -> None:
+    """The first refresh read no output (0 output bytes) but wrote it: it is weighed at the output's size
+    now, so a full rebuild that ran at the prior's speed leaves the recompute's estimate at its prior."""
+    features = _features(2_000_000, 60_000_000, 50_000_000)
+    first = replace(features, feed_bytes=0, output_bytes=0)
+    seconds = features.prior(CostModel()).recompute_s
+    learned = learned_estimate(
+        features, CostModel(), [CostObservation("full", seconds, first, "c1", 0)], "c1"
+    )
+    assert learned.factors["recompute"] == pytest.approx(1.0)
+    assert learned.estimate.recompute_s == pytest.approx(learned.prior.recompute_s)
 
 
 def test_a_plan_not_run_lately_is_tried_once_when_its_estimate_is_close() -> None:

@@ -27,7 +27,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -252,8 +252,14 @@ def _geometric_mean(values: list[float]) -> float:
     return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
-def _prior_seconds(observation: CostObservation, model: CostModel) -> float:
-    prior = observation.features.prior(model)
+def _prior_seconds(observation: CostObservation, model: CostModel, output_bytes: int) -> float:
+    """The prior estimate of an observed refresh's plan. A first full rebuild read no output (its
+    ``output_bytes`` are 0) but wrote one about ``output_bytes`` large (the output's size now): weighed
+    as such, so that it calibrates the recompute, which reads the output."""
+    features = observation.features
+    if observation.plan == FULL and features.output_bytes == 0:
+        features = replace(features, output_bytes=output_bytes)
+    prior = features.prior(model)
     return prior.incremental_s if observation.plan == "incremental" else prior.recompute_s
 
 
@@ -276,7 +282,7 @@ def learned_estimate(
     mine = [o for o in history if o.cluster == cluster]
     ratios: dict[str, list[float]] = {plan: [] for plan in (*PLANS, FULL)}
     for observation in mine:
-        expected = _prior_seconds(observation, model)
+        expected = _prior_seconds(observation, model, features.output_bytes)
         if expected > 0 and len(ratios[observation.plan]) < OBSERVATIONS_PER_PLAN:
             ratios[observation.plan].append(observation.seconds / expected)
     factors: dict[str, float] = {}
