@@ -161,10 +161,12 @@ def test_table_mode_spec_errors(spark, warehouse: Path) -> None:
         min_size=1,
         max_size=4,
     ),
+    strategy=st.sampled_from(["auto", "incremental", "recompute"]),
 )
-def test_property_plain_tables_match_a_recompute(spark, tmp_path_factory, how, steps) -> None:
-    """KTable-KTable joins: random upserts and deletes on both sides, a refresh after each; the output
-    equals the join from scratch and its change feed holds one net change per changed key."""
+def test_property_plain_tables_match_a_recompute(spark, tmp_path_factory, how, steps, strategy) -> None:
+    """KTable-KTable joins: random upserts and deletes on both sides, a refresh after each, by each
+    ``refresh_strategy``; the output equals the join from scratch and its change feed holds one net
+    change per changed key, whichever plan ran."""
     folder = tmp_path_factory.mktemp("table_mode")
     left, right, out = folder / "left", folder / "right", folder / "out"
     schema = "id long, v int"
@@ -178,6 +180,7 @@ def test_property_plain_tables_match_a_recompute(spark, tmp_path_factory, how, s
         "how": how,
         "columns": {"lv": "l.v", "rv": "r.v"},
         "output": {"path": str(out)},
+        "refresh_strategy": strategy,
     }
     before = None
     for step in [None, *steps]:
@@ -203,5 +206,8 @@ def test_property_plain_tables_match_a_recompute(spark, tmp_path_factory, how, s
             lambda lrow, rrow: (lrow["v"] if lrow else None, rrow["v"] if rrow else None),
         )
         check(spark, result, out, expected, ["id"], ["lv", "rv"], before)
+        if result["mode"] == "incremental" and strategy != "auto":
+            assert result["strategy"]["chosen"] == strategy, result["strategy"]
+            assert "fallback" not in result["strategy"], result["strategy"]
         before = result["output"]["version"] if result["mode"] != "noop" else before
     assert table_version(spark, out) >= 0

@@ -535,8 +535,8 @@ def _refresh(kind: KindRefresh, options: RunOptions, started: float) -> RefreshR
     if requested == "recompute" and not kind.recompute_jobs:
         raise SpecError(
             f"refresh_strategy: recompute is not available for this {kind.identity.kind} output "
-            f"({kind.output.location}); it serves foreign-key joins and table-mode inner and left windowed "
-            "joins. Leave refresh_strategy out (or set it to incremental); nothing was written"
+            f"({kind.output.location}): it is append-only, and a refresh only appends the new records' "
+            "results. Leave refresh_strategy out (or set it to incremental); nothing was written"
         )
     states = pin_inputs(kind.handles, kind.before_pin)
     phase("pinned")

@@ -11,7 +11,8 @@ end)``. Three shapes, one output keyed like the left side:
 * **Outer joins** (plain tables, or both windowed) also keep right rows without a left partner, keyed by
   their window shifted back into the left's. A refresh recomputes only the keys either side changed
   (right keys mapped into the left's key space), and MERGEs the new rows and the retractions into the
-  output: one net change per key, nothing rewritten that did not change.
+  output: one net change per key, nothing rewritten that did not change. Its recompute plan
+  (``refresh_strategy``) joins both sides whole and commits the rows that differ from the output.
 
 Example::
 
@@ -35,9 +36,16 @@ from ...core.errors import SpecError
 from ...core.planning import InputState, RefreshPlan
 from ...core.spec import ForeignKeyJoinSpec, WindowedTableJoinSpec, WindowedTableRef, quote
 from ...core.trace import phase
-from ...delta.changes import ChangedKeys, KeyCheck, check_keys_of, maybe_broadcast
+from ...delta.changes import (
+    ChangedKeys,
+    KeyCheck,
+    check_keys_of,
+    maybe_broadcast,
+    observed_keys,
+    verify_observed,
+)
 from ...delta.tables import DeltaHandle, TableState, key_is_null, pinned_input, require_columns
-from ...refresh.skeleton import KindRefresh, RefreshContext, Written
+from ...refresh.skeleton import KindRefresh, Recomputed, RefreshContext, Written
 from ...runtime.expressions import analysed, check_expressions, schema_probe
 from ...write.merge import PRESENT, Commit, write_full_output
 from ..fk_join import ForeignKeyJoinRefresh, JoinInput, read_changes_of, read_input
@@ -225,6 +233,10 @@ class OuterWindowedTableJoinRefresh(KindRefresh):
     """One refresh of a table-mode windowed outer join: recompute the keys either side changed."""
 
     spec: WindowedTableJoinSpec
+    #: Spark jobs of a small refresh of each plan (``tests/engine/test_action_counts.py``): the incremental
+    #: plan MERGEs; the recompute commits its net changes.
+    incremental_jobs = 15
+    recompute_jobs = 5
 
     #: What ``prepare`` resolved, read by every step: each side as the join reads it, the join's
     #: columns, and each side's rows with a key (null keys never join).
@@ -251,6 +263,25 @@ class OuterWindowedTableJoinRefresh(KindRefresh):
 
     def noop_rows(self) -> dict[str, Any]:
         return _rows()
+
+    def recompute(self) -> Recomputed:
+        """The outer join of both sides at their pinned versions, their keys checked as a full rebuild
+        checks them, on the way of the action that compares the join with the output."""
+        shape, sides = self.shape, self.sides
+        left, right = (
+            observed_keys(rows, key, sides[side].handle, sides[side].version)
+            for side, rows, key in (
+                ("left", self.left_rows, shape.key),
+                ("right", self.right_rows, shape.right_key),
+            )
+        )
+
+        def rows(commit: Commit) -> dict[str, Any]:
+            verify_observed([left, right])
+            return _rows(commit, commit.inserted + commit.updated + commit.deleted)
+
+        joined = shape.join(left.rows, right.rows)
+        return Recomputed(joined, list(shape.key), list(shape.value_columns), rows, (left, right))
 
     def incremental(self, refresh: RefreshContext, plan: RefreshPlan) -> Written:
         commit, recomputed = self._incremental(plan, refresh)
