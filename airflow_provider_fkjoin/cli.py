@@ -87,7 +87,8 @@ The result is a JSON object on stdout's last line (docs: concepts/result).""",
   fkjoin status orders_enriched.yaml --spark --master local[2]
 
 Read from the Delta logs without a JVM; a spec with catalog tables (name:), or --spark, reads through
-Spark instead.""",
+Spark instead. The JSON's last_refresh holds the plan that refresh ran, as its commit recorded it
+(strategy: chosen, basis, estimate, actual_s; null when it recorded none).""",
     "audit": """examples:
   fkjoin audit orders_enriched.yaml
   fkjoin audit orders_enriched.yaml --examples 5""",

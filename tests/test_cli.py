@@ -510,9 +510,13 @@ def test_validate_checks_a_multiway_input_by_its_index(capsys, tables, no_spark)
 
 
 def commit_refresh(
-    output: Path, inputs: dict[str, tuple[Path, int]], fingerprint: str = "not-this-spec"
+    output: Path,
+    inputs: dict[str, tuple[Path, int]],
+    fingerprint: str = "not-this-spec",
+    **recorded: Any,
 ) -> None:
-    """An fkjoin refresh commit on ``output`` (written with deltalake) that consumed ``inputs``."""
+    """An fkjoin refresh commit on ``output`` (written with deltalake) that consumed ``inputs``; ``recorded``
+    adds to its progress (``started_at``, ``strategy``, as a refresh records them)."""
     import deltalake
     import pyarrow as pa
     from deltalake import CommitProperties, write_deltalake
@@ -531,6 +535,7 @@ def commit_refresh(
         "fingerprint": fingerprint,
         "mode": "full",
         "inputs": consumed,
+        **recorded,
     }
     write_deltalake(
         str(output),
@@ -567,6 +572,50 @@ def test_status_reads_the_delta_logs_without_spark(capsys, tables, no_spark):
     assert status["inputs"]["right"]["lag_versions"] == 0
     assert status["last_refresh"]["mode"] == "full" and status["last_refresh"]["output_version"] == 0
     assert status["last_refresh"]["spec_matches"] is False  # the commit's fingerprint is another spec's
+    assert status["last_refresh"]["strategy"] is None, "a commit that recorded no plan shows none"
+
+
+def _commit_info(table: Path, version: int) -> dict[str, Any]:
+    """The commitInfo action of one commit, read from the table's ``_delta_log`` file itself."""
+    lines = (table / "_delta_log" / f"{version:020d}.json").read_text().splitlines()
+    [info] = [json.loads(line)["commitInfo"] for line in lines if "commitInfo" in line]
+    return info
+
+
+def test_status_shows_the_plan_the_last_refresh_ran(capsys, tables, no_spark):
+    from datetime import UTC, datetime, timedelta
+
+    started = datetime.now(UTC) - timedelta(seconds=30)
+    plan = {
+        "chosen": "recompute",
+        "basis": "history",
+        "plan_start_s": 1.25,
+        "cluster": "0123456789ab",
+        "features": {"feed_bytes": 900, "input_bytes": 2000, "output_bytes": 1500},
+        "estimate": {"incremental_s": 6.0, "recompute_s": 3.5},
+    }
+    commit_refresh(
+        tables / "out",
+        {"left": (tables / "orders", 0), "right": (tables / "customers", 0)},
+        started_at=started.isoformat(),
+        strategy=plan,
+        mode="incremental",
+    )
+    code, out, err = run_cli(capsys, "status", "--spec-json", json.dumps(fk_spec(tables)))
+    assert code == 0 and err == []
+
+    status = json.loads(out.splitlines()[-1])
+    info = _commit_info(tables / "out", 0)
+    recorded = json.loads(info["userMetadata"])["fkjoin"]["strategy"]
+    committed = datetime.fromtimestamp(info["timestamp"] / 1000, tz=UTC)
+    shown = status["last_refresh"]["strategy"]
+    assert {k: shown[k] for k in ("chosen", "basis", "estimate")} == {
+        "chosen": recorded["chosen"],
+        "basis": recorded["basis"],
+        "estimate": recorded["estimate"],
+    }
+    assert shown["actual_s"] == pytest.approx((committed - started).total_seconds() - 1.25, abs=2e-3)
+    assert status["last_refresh"]["mode"] == "incremental"
 
 
 def test_status_of_a_spec_with_catalog_tables_goes_through_spark(capsys, monkeypatch):

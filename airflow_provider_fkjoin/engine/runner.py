@@ -11,8 +11,8 @@ from pyspark.sql import SparkSession
 from .audit import audit_output
 from .core.errors import SpecError
 from .core.planning import RefreshResult
-from .core.progress import status_report
 from .core.spec import WRITE_PATHS, AnySpec, load_spec, spec_expressions, spec_fingerprint
+from .core.status import status_report
 from .delta.output_log import read_progress
 from .delta.ownership import check_ownership
 from .delta.tables import DeltaHandle, opened_once

@@ -11,10 +11,16 @@ mounts a small FastAPI app in the api-server at :data:`URL_PREFIX` and adds thre
   outputs the tasks declare. Times are in the timezone chosen in Airflow's UI (else ``[core]
   default_timezone``).
 * **An output's history** (``output?dag_id=...&task_id=...``): its last refreshes as a chart (duration
-  and rows changed; full rebuilds marked) and a table, each row linking to the task instance that made it.
+  and rows changed; full rebuilds marked) and a table, each row linking to the task instance that made it
+  and saying which plan it ran (the ``strategy`` its commit recorded: the plan, what chose it, its actual
+  seconds and both plans' estimates, e.g. "recompute (history) 3.0 s; estimated 6.0 s incremental / 3.5 s
+  recompute"; a plan that took more than 1.5x the other plan's estimate is marked, as the engine warns).
 * **A refresh**, on each task instance (Airflow puts the tab on every task; a join task also has a
-  "Join refresh" link): the versions it consumed and produced, its rows, its phases and the write path it
-  took (the task's result, as its XCom holds it). On any other task it says so, with a link to the list.
+  "Join refresh" link): the versions it consumed and produced, its rows, the plan it ran (as above, with
+  the reason), its phases and the write path it took (the task's result, as its XCom holds it). On any
+  other task it says so, with a link to the list.
+
+The plan's text and the 1.5x rule are in ``static/plan.js`` (pure functions, tested with node).
 
 Every read goes to Delta logs through ``deltalake`` (:func:`airflow_provider_fkjoin.engine.output_freshness`):
 no JVM in the api-server. A table that cannot be read within :data:`READ_TIMEOUT_S` shows as unreadable.
@@ -445,6 +451,7 @@ def static_asset(name: str, user: GetUserDep) -> Response:
     """The view's script and the charting library shipped with the package (no CDN)."""
     types = {
         "joins.js": "text/javascript",
+        "plan.js": "text/javascript",
         "uPlot.iife.min.js": "text/javascript",
         "uPlot.min.css": "text/css",
     }

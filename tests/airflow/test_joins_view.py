@@ -1,15 +1,22 @@
 """The Joins view's decisions, without servers: which tasks of the example DAGs write which outputs (read
-from the DAGs as the api-server holds them: serialized, then deserialized), and the order and shape of the
-view's rows. The view on a real api-server, with logins and a browser:
-``tests/e2e/test_airflow_servers.py``."""
+from the DAGs as the api-server holds them: serialized, then deserialized), the order and shape of the
+view's rows, and the plan each refresh ran (its rule run by node against the engine's own, its pages
+rendered by headless Chromium from JSON read off a Delta log, every request answered in the browser). The
+view on a real api-server, with logins: ``tests/e2e/test_airflow_servers.py``."""
 
 from __future__ import annotations
 
+import json
+import re
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
+from airflow_support import write_table
 
 REPO = Path(__file__).resolve().parents[2]
+STATIC = REPO / "airflow_provider_fkjoin" / "plugins" / "static"
 
 #: Read from the example DAG files by hand: (dag_id, task_id) -> (kind, output under the warehouse).
 EXAMPLE_OUTPUTS = {
@@ -89,7 +96,7 @@ def test_the_plugin_is_registered_by_the_package() -> None:
     assert {view["destination"] for view in FkJoinViewsPlugin.external_views} == {"nav", "task_instance"}
 
 
-@pytest.mark.parametrize("name", ["joins.js", "uPlot.iife.min.js", "uPlot.min.css", "page.html"])
+@pytest.mark.parametrize("name", ["joins.js", "plan.js", "uPlot.iife.min.js", "uPlot.min.css", "page.html"])
 def test_the_view_ships_its_assets(name: str) -> None:
     from importlib import resources
 
@@ -185,6 +192,340 @@ def test_the_page_script_parses() -> None:
     node = shutil.which("node")
     if node is None:
         pytest.skip("node is not installed")
-    script = REPO / "airflow_provider_fkjoin" / "plugins" / "static" / "joins.js"
-    done = subprocess.run([node, "--check", str(script)], capture_output=True, text=True, check=False)
+    for script in (STATIC / "joins.js", STATIC / "plan.js"):
+        done = subprocess.run([node, "--check", str(script)], capture_output=True, text=True, check=False)
+        assert done.returncode == 0, done.stderr
+
+
+# -- the plan each refresh ran ---------------------------------------------------------------------------
+
+
+def _node(script: str) -> Any:
+    """What a node script prints (one JSON value) with ``plan.js`` loaded as ``plan``."""
+    import shutil
+    import subprocess
+
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("node is not installed")
+    source = f"const plan = require({json.dumps(str(STATIC / 'plan.js'))});\n{script}"
+    done = subprocess.run([node, "-e", source], capture_output=True, text=True, check=False, timeout=60)
     assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_the_page_marks_a_slow_plan_by_the_engines_own_rule() -> None:
+    """``plan.js``'s rule, run by node, against :func:`cost_history.slower_than_expected` (the rule the
+    engine warns by) on plans either side of the threshold: the same threshold, the same verdicts."""
+    from airflow_provider_fkjoin.engine.core.cost_history import WARN_RATIO, slower_than_expected
+    from airflow_provider_fkjoin.engine.core.planning import StrategyEstimate
+
+    cases: list[dict[str, Any]] = []
+    for chosen in ("incremental", "recompute"):
+        for actual in (0.5, 5.9, 6.0, 6.1, 7.4, 7.5, 7.6, 30.0):
+            for estimate in ((4.0, 5.0), (5.0, 4.0), (4.0, 0.0), (0.0, 4.0)):
+                cases.append(
+                    {
+                        "chosen": chosen,
+                        "actual_s": actual,
+                        "estimate": {"incremental_s": estimate[0], "recompute_s": estimate[1]},
+                    }
+                )
+    cases.append({**cases[-1], "chosen": "recompute", "fallback": "no net-change commit now"})
+    cases.append({"chosen": "full", "basis": "full", "actual_s": 60.0, "estimate": None})
+    cases.append(
+        {"chosen": "incremental", "actual_s": None, "estimate": {"incremental_s": 1, "recompute_s": 1}}
+    )
+
+    verdicts = _node(
+        f"const cases = {json.dumps(cases)};\n"
+        "console.log(JSON.stringify({ratio: plan.WARN_RATIO, slower: cases.map(plan.slowerPlan)}));"
+    )
+
+    def engine(case: dict[str, Any]) -> str | None:
+        ran = "incremental" if case.get("fallback") else case["chosen"]
+        if case["estimate"] is None or case["actual_s"] is None or ran not in ("incremental", "recompute"):
+            return None
+        estimate = case["estimate"]
+        return slower_than_expected(
+            ran,
+            case["actual_s"],
+            StrategyEstimate(estimate["incremental_s"], estimate["recompute_s"], 0, 0, 0),
+        )
+
+    assert verdicts["ratio"] == WARN_RATIO
+    assert verdicts["slower"] == [engine(case) for case in cases]
+    assert (
+        "recompute" in verdicts["slower"]
+        and "incremental" in verdicts["slower"]
+        and None in verdicts["slower"]
+    )
+
+
+def test_the_plan_reads_as_the_plan_its_basis_its_seconds_and_both_estimates() -> None:
+    shown = _node(
+        "const seconds = (s) => `${s.toFixed(1)} s`;\n"
+        "console.log(JSON.stringify([\n"
+        "  plan.planSummary({chosen: 'recompute', basis: 'history', actual_s: 3.0,\n"
+        "                    estimate: {incremental_s: 6.0, recompute_s: 3.5}}, seconds),\n"
+        "  plan.planSummary({chosen: 'recompute', basis: 'change_ratio', actual_s: 7.0, reason: 'r',\n"
+        "                    fallback: 'f', estimate: {incremental_s: 2.0, recompute_s: 4.0}}, seconds),\n"
+        "  plan.planSummary({chosen: 'full', basis: 'full', actual_s: 12.5, estimate: null}, seconds),\n"
+        "  plan.planSummary(null, seconds),\n"
+        "]));"
+    )
+    assert shown == [
+        {
+            "text": "recompute (history) 3.0 s; estimated 6.0 s incremental / 3.5 s recompute",
+            "slower": None,
+            "warning": None,
+        },
+        {
+            "text": "incremental (fallback) 7.0 s; estimated 2.0 s incremental / 4.0 s recompute",
+            "slower": "recompute",
+            "warning": "the incremental plan took more than 1.5x the recompute plan's estimate (4.0 s)",
+        },
+        {"text": "full 12.5 s", "slower": None, "warning": None},
+        None,
+    ]
+
+
+def test_the_page_loads_the_plan_script_first_and_the_app_serves_it() -> None:
+    from airflow_provider_fkjoin.plugins.joins_view import _page, static_asset
+
+    html = _page("output", "Join output").body.decode()
+    assert html.index("/fkjoin/static/plan.js") < html.index("/fkjoin/static/joins.js")
+    served = static_asset("plan.js", user=None)
+    assert served.media_type == "text/javascript" and served.body == (STATIC / "plan.js").read_bytes()
+
+
+def _plan_commits(output: Path) -> None:
+    """Three refresh commits on ``output``: an older one that recorded no plan, a plan that took far more
+    than 1.5x the other plan's estimate, and one within its estimates (newest)."""
+    now = datetime.now(UTC)
+    base = {
+        "kind": "foreign_key_join",
+        "mode": "incremental",
+        "reason": "changes since the last refresh",
+        "inputs": {"left": {"location": "/w/a", "table_id": "t", "version": 1}},
+    }
+    write_table(output, [1], {**base, "mode": "full", "reason": "first run"})
+    write_table(
+        output,
+        [2],
+        {
+            **base,
+            "started_at": (now - timedelta(seconds=20)).isoformat(),
+            "strategy": {
+                "chosen": "incremental",
+                "basis": "prior",
+                "plan_start_s": 1.0,
+                "cluster": "c1",
+                "estimate": {"incremental_s": 4.0, "recompute_s": 5.0},
+            },
+        },
+    )
+    write_table(
+        output,
+        [3],
+        {
+            **base,
+            "started_at": (now - timedelta(seconds=1)).isoformat(),
+            "strategy": {
+                "chosen": "recompute",
+                "basis": "history",
+                "plan_start_s": 0.5,
+                "cluster": "c1",
+                "estimate": {"incremental_s": 6.0, "recompute_s": 3.5},
+            },
+        },
+    )
+
+
+def _plans_in_log(output: Path) -> dict[int, dict[str, Any] | None]:
+    """Each commit's plan and its actual seconds, from the ``_delta_log`` files themselves."""
+    plans: dict[int, dict[str, Any] | None] = {}
+    for commit in sorted((output / "_delta_log").glob("*.json")):
+        lines = [json.loads(line) for line in commit.read_text().splitlines() if line.strip()]
+        [info] = [line["commitInfo"] for line in lines if "commitInfo" in line]
+        payload = json.loads(info["userMetadata"])["fkjoin"]
+        record = payload.get("strategy")
+        if record is None:
+            plans[int(commit.stem)] = None
+            continue
+        committed = datetime.fromtimestamp(info["timestamp"] / 1000, tz=UTC)
+        seconds = (committed - datetime.fromisoformat(payload["started_at"])).total_seconds()
+        plans[int(commit.stem)] = {
+            "chosen": record["chosen"],
+            "basis": record["basis"],
+            "estimate": record["estimate"],
+            "actual_s": seconds - record["plan_start_s"],
+        }
+    return plans
+
+
+def test_each_refresh_of_the_view_carries_the_plan_its_commit_recorded(tmp_path: Path) -> None:
+    from airflow_provider_fkjoin.plugins.joins_view import JoinTask, output_row, read_freshness
+
+    _plan_commits(tmp_path / "out")
+    task = JoinTask("d", "t", "foreign_key_join", str(tmp_path / "out"))
+    [(freshness, error)] = read_freshness([task], history=50)
+    assert error is None and freshness is not None
+    row = output_row(task, freshness, None)
+
+    plans = _plans_in_log(tmp_path / "out")
+    assert [r["version"] for r in freshness["refreshes"]] == [2, 1, 0]
+    assert row["last_refresh"]["strategy"] is not None
+    for refresh in freshness["refreshes"]:
+        expected, shown = plans[refresh["version"]], refresh["strategy"]
+        if expected is None:
+            assert shown is None, refresh
+            continue
+        assert {k: shown[k] for k in ("chosen", "basis", "estimate")} == {
+            k: expected[k] for k in ("chosen", "basis", "estimate")
+        }
+        assert shown["actual_s"] == pytest.approx(expected["actual_s"], abs=2e-3)
+
+
+def _in_a_browser(routes: dict[str, tuple[str, bytes]], url: str, ready: str) -> dict[str, Any]:
+    """Open ``url`` in headless Chromium with every request answered from ``routes`` (path -> (content
+    type, body); no server), wait for the selector ``ready`` and return what the test reads off the page."""
+    from urllib.parse import urlsplit
+
+    chromium = Path("/usr/bin/chromium")
+    if not chromium.exists():
+        pytest.skip(f"{chromium} is missing: scripts/setup-e2e.sh installs it")
+    from playwright.sync_api import sync_playwright
+
+    def answer(route: Any) -> None:
+        found = routes.get(urlsplit(route.request.url).path)
+        if found is None:
+            route.fulfill(status=404, body="not here")
+        else:
+            route.fulfill(status=200, content_type=found[0], body=found[1])
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=str(chromium), args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"]
+        )
+        try:
+            page = browser.new_page()
+            errors: list[str] = []
+            page.on("pageerror", lambda error: errors.append(str(error)))
+            page.route("**/*", answer)
+            page.goto(url)
+            page.wait_for_selector(ready, timeout=30_000)
+            return {"errors": errors, **page.evaluate(_READ_PAGE)}
+        finally:
+            browser.close()
+
+
+#: What the browser test reads: the history table's plan cells by version, and the refresh tab's plan.
+_READ_PAGE = """() => {
+  const cells = {};
+  for (const row of document.querySelectorAll("tr[data-version]")) {
+    const cell = row.querySelector("td.plan");
+    cells[row.dataset.version] = {text: cell.innerText, slower: cell.dataset.slower ?? null,
+                                  marked: cell.classList.contains("slow-plan")};
+  }
+  const plan = document.getElementById("plan");
+  return {cells, plan: plan ? {text: plan.innerText, slower: plan.dataset.slower ?? null,
+                               marked: plan.classList.contains("slow-plan")} : null};
+}"""
+
+
+def _static_routes() -> dict[str, tuple[str, bytes]]:
+    from airflow_provider_fkjoin.plugins.joins_view import URL_PREFIX, _asset
+
+    types = {".js": "text/javascript", ".css": "text/css"}
+    return {
+        f"{URL_PREFIX}/static/{name}": (types[Path(name).suffix], _asset(name))
+        for name in ("joins.js", "plan.js", "uPlot.iife.min.js", "uPlot.min.css")
+    }
+
+
+def test_the_history_page_shows_each_plan_and_marks_the_slow_one(tmp_path: Path) -> None:
+    from airflow_provider_fkjoin.plugins.joins_view import (
+        URL_PREFIX,
+        JoinTask,
+        _page,
+        output_row,
+        read_freshness,
+    )
+
+    _plan_commits(tmp_path / "out")
+    task = JoinTask("d", "t", "foreign_key_join", str(tmp_path / "out"))
+    [(freshness, _)] = read_freshness([task], history=50)
+    assert freshness is not None
+    served = {**output_row(task, freshness, None), "refreshes": freshness["refreshes"], "timezone": "UTC"}
+    routes = {
+        **_static_routes(),
+        f"{URL_PREFIX}/output": ("text/html", _page("output", "Join output").body),
+        f"{URL_PREFIX}/api/outputs/d/t": ("application/json", json.dumps(served).encode()),
+    }
+
+    seen = _in_a_browser(routes, f"http://view.test{URL_PREFIX}/output?dag_id=d&task_id=t", "td.plan")
+
+    assert seen["errors"] == []
+    plans = _plans_in_log(tmp_path / "out")
+    cells = seen["cells"]
+    assert cells["0"] == {"text": "", "slower": None, "marked": False}, "no plan recorded: nothing shown"
+    slow, fine = plans[1], plans[2]
+    assert slow is not None and fine is not None
+    assert slow["actual_s"] > 1.5 * slow["estimate"]["recompute_s"]
+    assert fine["actual_s"] <= 1.5 * fine["estimate"]["incremental_s"], "not slow: the test needs it so"
+    assert re.fullmatch(
+        r"incremental \(prior\) (\d+) s; estimated 4\.0 s incremental / 5\.0 s recompute\s+"
+        r"⚠ the incremental plan took more than 1\.5x the recompute plan's estimate \(5\.0 s\)",
+        cells["1"]["text"],
+    ), cells["1"]
+    assert abs(int(cells["1"]["text"].split()[2]) - slow["actual_s"]) <= 0.5 + 1e-3
+    assert (cells["1"]["slower"], cells["1"]["marked"]) == ("recompute", True)
+    match = re.fullmatch(
+        r"recompute \(history\) (\d+\.\d) s; estimated 6\.0 s incremental / 3\.5 s recompute",
+        cells["2"]["text"],
+    )
+    assert match, cells["2"]
+    assert abs(float(match[1]) - fine["actual_s"]) <= 0.05 + 1e-3
+    assert (cells["2"]["slower"], cells["2"]["marked"]) == (None, False)
+
+
+def test_the_refresh_tab_shows_the_plan_of_the_tasks_result() -> None:
+    from airflow_provider_fkjoin.plugins.joins_view import URL_PREFIX, _page
+
+    strategy = {
+        "requested": "auto",
+        "chosen": "recompute",
+        "reason": "the change feeds hold 40.0% of the inputs' bytes",
+        "basis": "change_ratio",
+        "estimate": {"incremental_s": 2.0, "recompute_s": 4.0, "prior_incremental_s": 1.0},
+        "actual_s": 7.0,
+        "fallback": "the output cannot take a net-change commit now: the incremental plan ran",
+    }
+    result = {
+        "kind": "foreign_key_join",
+        "mode": "incremental",
+        "reason": "changes since the last refresh",
+        "output": {"path": "/w/out", "version": 4},
+        "inputs": {"left": {"path": "/w/a", "from_version": 1, "to_version": 2}},
+        "rows": {"inserted": 1, "updated": 0, "deleted": 0},
+        "duration_s": 9.0,
+        "strategy": strategy,
+    }
+    answer = {"dag_id": "d", "run_id": "r", "task_id": "t", "map_index": -1, "join": True, "result": result}
+    routes = {
+        **_static_routes(),
+        f"{URL_PREFIX}/refresh": ("text/html", _page("refresh", "Join refresh").body),
+        f"{URL_PREFIX}/api/refresh": ("application/json", json.dumps(answer).encode()),
+    }
+
+    seen = _in_a_browser(routes, f"http://view.test{URL_PREFIX}/refresh?dag_id=d&run_id=r&task_id=t", "#plan")
+
+    assert seen["errors"] == []
+    assert seen["plan"]["text"].splitlines() == [
+        "incremental (fallback) 7.0 s; estimated 2.0 s incremental / 4.0 s recompute",
+        "⚠ the incremental plan took more than 1.5x the recompute plan's estimate (4.0 s)",
+        strategy["reason"],
+        strategy["fallback"],
+    ]
+    assert (seen["plan"]["slower"], seen["plan"]["marked"]) == ("recompute", True)

@@ -1,17 +1,26 @@
 """An output's freshness read from Delta logs without a JVM (what the Airflow UI's Joins view shows),
-checked against the refreshes' own results and Spark's ``DESCRIBE HISTORY`` of the inputs; and the
-``phases`` every result reports."""
+checked against the refreshes' own results and Spark's ``DESCRIBE HISTORY`` of the inputs; the plan each
+refresh ran, as the view and ``fkjoin status`` (both routes) show it, checked against the commits' own
+metadata and timestamps; and the ``phases`` every result reports."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
+import pytest
 from delta.tables import DeltaTable
 from helpers import orders_customers
 
-from airflow_provider_fkjoin.engine import output_freshness, run_spec
+from airflow_provider_fkjoin.engine import (
+    output_freshness,
+    refresh_status,
+    refresh_status_from_logs,
+    run_spec,
+)
 
 ORIGIN = {"dag_id": "orders", "run_id": "manual__1", "task_id": "enrich", "map_index": -1, "try_number": 1}
 
@@ -19,6 +28,30 @@ ORIGIN = {"dag_id": "orders", "run_id": "manual__1", "task_id": "enrich", "map_i
 def _commit_times(spark, path: Path) -> dict[int, object]:
     history = DeltaTable.forPath(spark, str(path)).history().collect()
     return {row["version"]: row["timestamp"] for row in history}
+
+
+def _plans_in_log(path: Path) -> dict[int, dict[str, Any] | None]:
+    """Each commit's plan read from the output's ``_delta_log`` files themselves: what its commitInfo's
+    userMetadata recorded (``chosen``, ``basis``, ``estimate``) and its seconds from the plan's start to
+    the commitInfo's timestamp; None for a commit without one."""
+    plans: dict[int, dict[str, Any] | None] = {}
+    for commit in sorted((path / "_delta_log").glob("*.json")):
+        lines = [json.loads(line) for line in commit.read_text().splitlines() if line.strip()]
+        [info] = [line["commitInfo"] for line in lines if "commitInfo" in line]
+        payload = json.loads(info["userMetadata"])["fkjoin"]
+        record = payload.get("strategy")
+        if record is None:
+            plans[int(commit.stem)] = None
+            continue
+        committed = datetime.fromtimestamp(info["timestamp"] / 1000, tz=UTC)
+        started = datetime.fromisoformat(payload["started_at"])
+        plans[int(commit.stem)] = {
+            "chosen": record["chosen"],
+            "basis": record.get("basis"),
+            "estimate": record.get("estimate"),
+            "actual_s": (committed - started).total_seconds() - record["plan_start_s"],
+        }
+    return plans
 
 
 def test_freshness_reports_each_refresh_and_the_lag_behind_each_input(spark, warehouse: Path) -> None:
@@ -42,6 +75,30 @@ def test_freshness_reports_each_refresh_and_the_lag_behind_each_input(spark, war
         assert 0 < refresh["duration_s"] <= result["duration_s"] + 0.5, (refresh, result["duration_s"])
     assert [r["origin"]["run_id"] for r in fresh["refreshes"]] == ["manual__2", "manual__1"]
     assert fresh["last_refresh"] == fresh["refreshes"][0]
+
+    # the plan each refresh ran, as its commit recorded it, and its actual seconds to the commit
+    plans = _plans_in_log(out)
+    for refresh in fresh["refreshes"]:
+        expected, shown = plans[refresh["version"]], refresh["strategy"]
+        assert expected is not None and shown is not None, refresh
+        assert {k: shown[k] for k in ("chosen", "basis", "estimate")} == {
+            k: expected[k] for k in ("chosen", "basis", "estimate")
+        }
+        assert shown["actual_s"] == pytest.approx(expected["actual_s"], abs=2e-3)
+        assert 0 < shown["actual_s"] <= refresh["duration_s"] + 1e-3
+    full, incremental = fresh["refreshes"][1]["strategy"], fresh["refreshes"][0]["strategy"]
+    assert (full["chosen"], full["basis"], full["estimate"]) == ("full", "full", None)
+    ran = second["strategy"]  # what the driver reported of the incremental refresh's plan
+    assert incremental["chosen"] == ("incremental" if "fallback" in ran else ran["chosen"])
+    assert incremental["basis"] == ("fallback" if "fallback" in ran else ran["basis"])
+    estimated = ran["estimate"] and {k: ran["estimate"][k] for k in ("incremental_s", "recompute_s")}
+    assert incremental["estimate"] == estimated
+    assert incremental["actual_s"] <= ran["actual_s"] + 0.5, "the driver measured after its commit"
+
+    # `fkjoin status` shows the last refresh's plan the same way, through Spark or the logs alone
+    for status in (refresh_status(spec, spark=spark), refresh_status_from_logs(spec)):
+        assert status["last_refresh"]["output_version"] == second["output"]["version"]
+        assert status["last_refresh"]["strategy"] == incremental, status
 
     left, right = fresh["inputs"]["left"], fresh["inputs"]["right"]
     assert (left["consumed_version"], left["latest_version"], left["lag_versions"]) == (1, 1, 0)

@@ -79,6 +79,11 @@ class Progress:
     #: A short hash of each fingerprinted spec field by path (:func:`.spec.spec_field_hashes`); empty in
     #: commits written before they were recorded.
     spec_fields: dict[str, str] = field(default_factory=dict)
+    #: When the refresh started (ISO 8601, UTC), and the plan it ran as its commit recorded it
+    #: (:func:`.cost_history.strategy_record`); None in commits that recorded none. ``fkjoin status`` shows
+    #: the plan with its actual seconds (:func:`.status.status_report`).
+    started_at: str | None = None
+    strategy: dict[str, Any] | None = None
 
 
 def parse_progress(
@@ -101,6 +106,8 @@ def parse_progress(
             extra=dict(payload.get("extra", {})),
             origin=dict(payload.get("origin") or {}),
             spec_fields={str(k): str(v) for k, v in (payload.get("spec_fields") or {}).items()},
+            started_at=payload["started_at"] if isinstance(payload.get("started_at"), str) else None,
+            strategy=dict(payload["strategy"]) if isinstance(payload.get("strategy"), dict) else None,
         )
     except (ValueError, KeyError, TypeError):
         return None
@@ -227,36 +234,3 @@ def transaction_app_id(output_identity: str) -> str:
     catalog name, give the same id), and from its normalised location for the commit that creates it.
     """
     return "fkjoin-" + hashlib.sha256(output_identity.encode()).hexdigest()[:24]
-
-
-def status_report(
-    kind: str,
-    output_location: str,
-    inputs: dict[str, tuple[str, int | None]],
-    previous: Progress | None,
-    fingerprint: str,
-) -> dict[str, Any]:
-    """Where an output stands (``fkjoin status``): per input (``{side: (location, latest version or None)}``)
-    the version the last refresh consumed and the lag behind its latest, and that refresh itself.
-
-    >>> status_report("foreign_key_join", "/w/x", {"left": ("/w/o", 3)}, None, "f")["inputs"]["left"]
-    {'path': '/w/o', 'consumed_version': None, 'high_watermark': 3, 'lag_versions': None}
-    """
-    sides: dict[str, Any] = {}
-    for side, (location, latest) in inputs.items():
-        consumed = previous.inputs[side].version if previous and side in previous.inputs else None
-        sides[side] = {
-            "path": location,
-            "consumed_version": consumed,
-            "high_watermark": latest,
-            "lag_versions": None if latest is None or consumed is None else latest - consumed,
-        }
-    last = None
-    if previous is not None:
-        last = {
-            "mode": previous.mode,
-            "output_version": previous.output_version,
-            "committed_at": previous.committed_at.isoformat() if previous.committed_at else None,
-            "spec_matches": previous.fingerprint == fingerprint,
-        }
-    return {"kind": kind, "output": {"path": output_location}, "inputs": sides, "last_refresh": last}

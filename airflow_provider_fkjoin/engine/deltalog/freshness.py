@@ -4,7 +4,9 @@ The Airflow UI's Joins view calls this from the api-server, which must never sta
 comes from the output's refresh commits (:mod:`.watermarks`) and each input's own log:
 
 * **refreshes**: the output's newest refresh commits, each with when it started and committed (so its
-  duration), its mode and reason, the rows it changed, how it was written, and who ran it (``origin``);
+  duration), its mode and reason, the rows it changed, how it was written, who ran it (``origin``), and
+  the plan it ran (``strategy``: the plan, what chose it, both plans' estimates and the plan's actual
+  seconds; None for a commit that recorded none);
 * **lag**, per input of the last refresh: the version it consumed against the input's latest version,
   when the consumed version was written, and ``lag_s``: how long the input has held commits the output
   has not consumed (0 when it is caught up). The output's ``lag_s`` is its stalest input's.
@@ -52,7 +54,13 @@ def _seconds_between(start: str | None, end: str | None) -> float | None:
 
 
 def _described(refresh: dict[str, Any]) -> dict[str, Any]:
-    """One refresh commit (:func:`.watermarks.refresh_commits`) as the view shows it."""
+    """One refresh commit (:func:`.watermarks.refresh_commits`) as the view shows it; ``strategy`` as the
+    commit recorded it, so the view can set the plan's actual seconds against both estimates:
+
+    >>> _described(refresh)["strategy"]  # doctest: +SKIP
+    {'chosen': 'recompute', 'basis': 'history', 'estimate': {'incremental_s': 6.0, 'recompute_s': 3.5},
+     'actual_s': 3.0}
+    """
     metrics = refresh["operation_metrics"]
     rows = refresh["rows"] or {
         "inserted": int(metrics.get("numTargetRowsInserted", metrics.get("numOutputRows", 0))),
@@ -71,6 +79,7 @@ def _described(refresh: dict[str, Any]) -> dict[str, Any]:
         "write_path": _write_path(refresh["operation"], refresh["operation_parameters"]),
         "origin": refresh["origin"],
         "inputs": {side: info["version"] for side, info in refresh["inputs"].items()},
+        "strategy": refresh["strategy"],
     }
 
 

@@ -20,8 +20,9 @@ import deltalake
 
 from ..core.errors import SpecError
 from ..core.owners import OWNER_PROPERTY, check_output_owner, spec_owner
-from ..core.progress import Progress, status_report
+from ..core.progress import Progress
 from ..core.spec import RESERVED_PREFIX, load_spec, spec_fingerprint
+from ..core.status import status_report
 from .freshness import LOOKED_UP
 from .watermarks import TableMissingError, open_table, scan_output_log
 

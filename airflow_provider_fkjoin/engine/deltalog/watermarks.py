@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import deltalake
 from deltalake.exceptions import TableNotFoundError
 
+from ..core.cost_history import recorded_strategy
 from ..core.errors import FkJoinError
 from ..core.locations import location_identity, normalise_location
 
@@ -200,7 +201,17 @@ TASK_INSTANCE_KEYS = ("dag_id", "run_id", "task_id", "map_index")
 
 def refresh_commits(table: deltalake.DeltaTable, limit: int = HISTORY_SCAN) -> Iterator[dict[str, Any]]:
     """The refresh commits among a table's newest ``limit`` commits, newest first, as :func:`progress`
-    describes them; commits that are not ours (OPTIMIZE, VACUUM) are skipped."""
+    describes them; commits that are not ours (OPTIMIZE, VACUUM) are skipped.
+
+    ``strategy`` is the plan the refresh recorded, as ``fkjoin status`` and the Joins view show it
+    (:func:`..core.cost_history.recorded_strategy`: ``chosen``, ``basis``, ``estimate``, ``actual_s``, the
+    last from the commit's own timestamp); None for a commit that recorded none (an older version's, an
+    append-only kind's).
+
+    >>> next(refresh_commits(open_table("/w/orders_enriched")))["strategy"]  # doctest: +SKIP
+    {'chosen': 'recompute', 'basis': 'history', 'estimate': {'incremental_s': 6.0, 'recompute_s': 3.5},
+     'actual_s': 3.0}
+    """
     for entry in table.history(limit):
         payload = parse_commit_metadata(entry.get("userMetadata"))
         if payload is None:
@@ -228,6 +239,7 @@ def refresh_commits(table: deltalake.DeltaTable, limit: int = HISTORY_SCAN) -> I
             "operation": entry.get("operation"),
             "operation_parameters": dict(entry.get("operationParameters") or {}),
             "started_at": payload.get("started_at") if isinstance(payload.get("started_at"), str) else None,
+            "strategy": recorded_strategy(payload, timestamp),
         }
 
 
@@ -235,9 +247,9 @@ def progress(path: str | Path, storage_options: dict[str, str] | None = None) ->
     """The latest refresh recorded in an output table's commits, or None when no refresh committed.
 
     Returns ``{"kind", "mode", "seq", "output_version", "committed_at", "inputs": {side: {"location",
-    "table_id", "version"}}, "extra", "origin", "reason", "operation_metrics"}``; later commits that are
-    not ours (OPTIMIZE, VACUUM) are skipped. Raises ``TableMissingError`` when there is no Delta table at
-    ``path``.
+    "table_id", "version"}}, "extra", "origin", "reason", "operation_metrics", "strategy", ...}``
+    (:func:`refresh_commits`); later commits that are not ours (OPTIMIZE, VACUUM) are skipped. Raises
+    ``TableMissingError`` when there is no Delta table at ``path``.
     """
     return next(refresh_commits(open_table(path, storage_options)), None)
 

@@ -146,6 +146,21 @@ function lastTaskCell(row) {
     uiLink(`/dags/${enc(row.dag_id)}/runs/${enc(ti.run_id)}`, "latest run", { class: "muted" }));
 }
 
+// The plan a refresh ran (plan.js): the plan, what chose it, its actual seconds and both estimates; a plan
+// that took more than WARN_RATIO times the other plan's estimate is marked, with why in its warning.
+function planNodes(strategy) {
+  const plan = planSummary(strategy, duration);
+  if (!plan) return [];
+  const nodes = [el("span", { class: "plan-text" }, plan.text)];
+  if (plan.warning) nodes.push(el("div", { class: "plan-warning" }, `⚠ ${plan.warning}`));
+  return nodes;
+}
+
+function planCell(strategy) {
+  const slower = slowerPlan(strategy);
+  return el("td", { class: slower ? "plan slow-plan" : "plan", "data-slower": slower }, ...planNodes(strategy));
+}
+
 function table(headers, bodyRows) {
   return el("table", {}, el("thead", {}, el("tr", {}, ...headers.map((h) => el("th", {}, h)))),
     el("tbody", {}, ...bodyRows));
@@ -365,14 +380,15 @@ async function outputPage() {
   content.append(el("h2", {}, "Freshness"), table(["freshness (lag)", "policy", "last task"], [el("tr", {},
     freshnessCell(data), el("td", {}, policyText(data.freshness_policy)), lastTaskCell(data))]));
   content.append(el("h2", {}, `Last ${data.refreshes.length} refreshes`), table(
-    ["version", "committed", "mode", "reason", "rows", "duration", "write path", "task instance"],
-    data.refreshes.map((r) => el("tr", { class: r.mode === "full" ? "full" : "" },
+    ["version", "committed", "mode", "reason", "rows", "duration", "plan", "write path", "task instance"],
+    data.refreshes.map((r) => el("tr", { class: r.mode === "full" ? "full" : "", "data-version": r.version },
       el("td", { class: "num" }, String(r.version)),
       el("td", {}, when(r.committed_at)),
       el("td", {}, r.mode),
       el("td", {}, r.reason),
       el("td", { class: "num" }, rows(r.rows)),
       el("td", { class: "num" }, duration(r.duration_s)),
+      planCell(r.strategy),
       el("td", {}, r.write_path ?? ""),
       el("td", {}, taskInstanceLink(r.origin, r.origin && r.origin.run_id ? r.origin.run_id : "")))),
   ));
@@ -407,6 +423,15 @@ async function refreshPage() {
   const counts = Object.entries(result.rows || {}).map(([name, value]) => el("tr", {},
     el("td", {}, name), el("td", { class: "num" }, typeof value === "object" ? JSON.stringify(value) : String(value))));
   content.append(el("h2", {}, "Rows"), table(["", ""], counts));
+  const strategy = result.strategy;
+  if (planSummary(strategy, duration)) {
+    const slower = slowerPlan(strategy);
+    content.append(el("h2", {}, "Plan"),
+      el("div", { id: "plan", class: slower ? "plan slow-plan" : "plan", "data-slower": slower },
+        ...planNodes(strategy),
+        strategy.reason ? el("div", { class: "muted detail" }, strategy.reason) : "",
+        strategy.fallback ? el("div", { class: "muted detail" }, strategy.fallback) : ""));
+  }
   const phases = Object.entries(result.phases || {});
   let previous = 0;
   const phaseRows = phases.map(([name, at]) => {
