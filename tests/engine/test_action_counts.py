@@ -44,6 +44,7 @@ from support.multiway_worlds import (
     REVIEW_INPUT,
     World,
     as_rows,
+    net_counts,
     output_rows,
 )
 from support.stream_table_joins import ORDERS as LOOKUP_ORDERS
@@ -393,9 +394,31 @@ def test_a_bad_small_refresh_bound_names_the_setting(fk_world: FkWorld) -> None:
 #: views, as above), plus headroom.
 MULTIWAY_REFRESH_MAX_JOBS = 11
 MULTIWAY_REFRESH_MAX_EXECUTIONS = 42
+#: The same world's next small refresh (a business renamed, a review moved) by the recompute strategy: the
+#: N:M guard's job over the whole inputs (their key checks observed on it), the join compared with the
+#: output in one job, then the commit's: 6 jobs and 27 executions when the bound was set, plus headroom.
+MULTIWAY_RECOMPUTE_MAX_JOBS = 7
+MULTIWAY_RECOMPUTE_MAX_EXECUTIONS = 30
 
 
-def test_a_small_multiway_refresh_runs_a_few_spark_actions(spark: SparkSession, warehouse: Path) -> None:
+@dataclass
+class MultiwayRefresh:
+    """One counted multiway refresh, the model's join before and after it (the oracle), and the output."""
+
+    counted: Counted
+    before: dict[tuple, Any]
+    after: dict[tuple, Any]
+    output: Counter
+
+
+@pytest.fixture(scope="module")
+def multiway_refreshes(
+    spark: SparkSession, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[World, dict[str, MultiwayRefresh]]:
+    """The yelp world of three inputs (keyed by the inputs' keys), refreshed in full, then once as a warm-up
+    and once counted by the incremental plan (``refresh_strategy: incremental``, as ``auto`` may recompute
+    tables this small), then once counted by the recompute plan; each counted refresh with the model's join
+    before and after it."""
     rows = {
         "business": [{"business_id": b, "name": f"b{b}", "city": f"c{b % 7}"} for b in range(50)],
         "review": [{"review_id": r, "biz_id": r % 50, "stars": r % 5, "text": "t"} for r in range(500)],
@@ -403,25 +426,67 @@ def test_a_small_multiway_refresh_runs_a_few_spark_actions(spark: SparkSession, 
     }
     world = World.create(
         spark,
-        warehouse,
+        tmp_path_factory.mktemp("multiway_counts"),
         [BUSINESS_INPUT, REVIEW_INPUT, OWNER_INPUT],
         {"business": BUSINESS, "review": REVIEW, "owner": OWNER},
         rows,
+        refresh_strategy="incremental",
     )
 
+    models: list[dict[tuple, Any]] = []
+
     def second_change() -> None:
+        models.append(world.expected())
         world.upsert("business", [{"business_id": 3, "name": "renamed", "city": "c3"}])
         world.upsert("review", [{"review_id": 8, "biz_id": 9, "stars": 1, "text": "moved"}])
+        models.append(world.expected())
 
-    refresh = count_second_refresh(
+    incremental = count_second_refresh(
         spark,
         world.spec,
         lambda: world.upsert("review", [{"review_id": 7, "biz_id": 7, "stars": 5, "text": "t"}]),
         second_change,
     )
+    out = world.spec["output"]["path"]
+    refreshes = {"incremental": MultiwayRefresh(incremental, *models, output_rows(spark, out))}
 
-    assert output_rows(spark, world.spec["output"]["path"]) == as_rows(world.expected())
-    assert_bounded(refresh, MULTIWAY_REFRESH_MAX_JOBS, MULTIWAY_REFRESH_MAX_EXECUTIONS)
+    world.upsert("business", [{"business_id": 4, "name": "renamed", "city": "c4"}])
+    world.upsert("review", [{"review_id": 9, "biz_id": 10, "stars": 2, "text": "moved"}])
+    recompute = {**world.spec, "refresh_strategy": "recompute"}
+    recomputed = counted(spark, lambda: run_spec(recompute, spark=spark))
+    refreshes["recompute"] = MultiwayRefresh(
+        recomputed, models[-1], world.expected(), output_rows(spark, out)
+    )
+    return world, refreshes
+
+
+@pytest.mark.parametrize(
+    ("plan", "max_jobs", "max_executions"),
+    [
+        ("incremental", MULTIWAY_REFRESH_MAX_JOBS, MULTIWAY_REFRESH_MAX_EXECUTIONS),
+        ("recompute", MULTIWAY_RECOMPUTE_MAX_JOBS, MULTIWAY_RECOMPUTE_MAX_EXECUTIONS),
+    ],
+)
+def test_a_small_multiway_refresh_runs_a_few_spark_actions(
+    multiway_refreshes: tuple[World, dict[str, MultiwayRefresh]],
+    plan: str,
+    max_jobs: int,
+    max_executions: int,
+) -> None:
+    """Each plan's small refresh: the output equals the model's join, its counts are the model's net change
+    (only the rows that differ are written, by the net-change commit), in a few jobs: what the kind's
+    ``incremental_jobs`` and ``recompute_jobs`` (the strategy estimate's charge per plan) were set from."""
+    world, refreshes = multiway_refreshes
+    refresh = refreshes[plan]
+    result = refresh.counted.result
+    assert result["mode"] == "incremental", result
+    assert result["strategy"]["chosen"] == plan and "fallback" not in result["strategy"], result["strategy"]
+    assert result["write_path"] == "net_changes"
+    assert refresh.output == as_rows(refresh.after)
+    counts = {kind: result["rows"][kind] for kind in ("inserted", "updated", "deleted")}
+    assert counts == net_counts(world.spec, refresh.before, refresh.after), counts
+    assert counts["updated"] > 0, "the counted refresh changes output rows"
+    assert_bounded(refresh.counted, max_jobs, max_executions)
 
 
 #: windowed_join, table mode, outer (the shape with its own refresh: inner and left ones run as the
@@ -433,8 +498,15 @@ WINDOWED_TABLE_REFRESH_MAX_JOBS = 16
 WINDOWED_TABLE_REFRESH_MAX_EXECUTIONS = 32
 
 
+#: The same refresh by the recompute plan (the join of both sides compared with the output, the rows that
+#: differ committed by the net-change writer): the kind's ``recompute_jobs``.
+WINDOWED_TABLE_RECOMPUTE_MAX_JOBS = 8
+WINDOWED_TABLE_RECOMPUTE_MAX_EXECUTIONS = 20
+
+
+@pytest.mark.parametrize("plan", ["incremental", "recompute"])
 def test_a_small_windowed_table_refresh_runs_a_few_spark_actions(
-    spark: SparkSession, warehouse: Path
+    spark: SparkSession, warehouse: Path, plan: str
 ) -> None:
     table, out = warehouse / "errors_per_min", warehouse / "vs_last_week"
     create_table(
@@ -452,6 +524,7 @@ def test_a_small_windowed_table_refresh_runs_a_few_spark_actions(
         "how": "outer",
         "columns": {"errors_now": "l.errors", "errors_week_ago": "r.errors"},
         "output": {"path": str(out)},
+        "refresh_strategy": plan,
     }
     key, columns = ["service", "ws", "we"], ["errors_now", "errors_week_ago"]
 
@@ -473,9 +546,12 @@ def test_a_small_windowed_table_refresh_runs_a_few_spark_actions(
         lambda left, right: (left["errors"] if left else None, right["errors"] if right else None),
     )
     assert output_of(spark, out, key, columns) == want
-    assert_bounded(
-        refresh, WINDOWED_TABLE_REFRESH_MAX_JOBS, WINDOWED_TABLE_REFRESH_MAX_EXECUTIONS, max_snapshot_jobs=1
-    )
+    assert refresh.result["strategy"]["chosen"] == plan, refresh.result["strategy"]
+    bounds = {
+        "incremental": (WINDOWED_TABLE_REFRESH_MAX_JOBS, WINDOWED_TABLE_REFRESH_MAX_EXECUTIONS),
+        "recompute": (WINDOWED_TABLE_RECOMPUTE_MAX_JOBS, WINDOWED_TABLE_RECOMPUTE_MAX_EXECUTIONS),
+    }
+    assert_bounded(refresh, *bounds[plan], max_snapshot_jobs=1)
 
 
 class Replay:

@@ -73,8 +73,9 @@ class YelpPhases:
 
 @pytest.fixture(scope="module")
 def yelp_phases(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> YelpPhases:
-    """The yelp scenarios of ``OFFSETS`` in one world, every refresh checked by ``World.refresh``
-    (output = model, clean change feed, result counts = the feed's):
+    """The yelp scenarios of ``OFFSETS`` in one world, refreshed by the incremental plan (the telescoping
+    sum, whose traps they are; ``test_multiway_recompute.py`` has the recompute plan), every refresh checked
+    by ``World.refresh`` (output = model, clean change feed, result counts = the feed's):
 
     0. the full refresh;
     1. fan_out: business 1 renamed (fans out to 4 rows), alone in its refresh;
@@ -98,6 +99,7 @@ def yelp_phases(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -
         [BUSINESS_INPUT, REVIEW_INPUT, OWNER_INPUT],
         {"business": BUSINESS, "review": REVIEW, "owner": OWNER},
         rows,
+        refresh_strategy="incremental",
     )
     fan, two, same = OFFSETS["fan_out"], OFFSETS["partners"], OFFSETS["same_values"]
 
@@ -413,7 +415,8 @@ OUTPUT_FORMS = {
 def test_changelog_input_with_out_of_order_events(spark: SparkSession, tmp_path: Path, form: str) -> None:
     """A business changelog (CDC events, latest by lsn) joined to reviews: late events change nothing, a
     delete retracts, and a vacuumed log falls back to recomputing the changed identities, or, when the
-    output does not show the business key, to a full rebuild that says why."""
+    output does not show the business key, to a full rebuild that says why (the incremental plan's
+    fallback: a recompute of the whole join needs no old log)."""
     output, business_hidden, review_hidden, keyed = OUTPUT_FORMS[form]
     from helpers import append_rows
 
@@ -458,6 +461,7 @@ def test_changelog_input_with_out_of_order_events(spark: SparkSession, tmp_path:
             },
         ],
         "output": {"path": str(tmp_path / "out"), **output},
+        "refresh_strategy": "incremental",
     }
     model = MultiWayModel(
         [

@@ -16,32 +16,41 @@ The changes (inserts, updates of values or of the join key alone, deletes, ident
 changing together with its partner in another input: both inserted, both updated, or one deleted while the
 other changes) are cut into 1 to 4 refreshes after the first (full) one. Each refresh's input changes are
 batched: per input at most one DELETE and one MERGE, so a key can be deleted and re-inserted within one
-refresh.
+refresh. Each incremental refresh runs under a ``refresh_strategy`` drawn for it (``auto``, ``incremental``
+or ``recompute``; the setting is not fingerprinted, so it may change between refreshes): every plan must
+write the same rows and the same change feed, so one run of examples covers the three without repeating
+any refresh. The recompute plan serves a keyed output written as net changes; for the others (no key, a
+``pkey`` that may hold nulls, ``write_path: merge``) the result records the fallback to the incremental
+plan.
 
 Every refresh is checked by ``support.multiway_worlds.World.refresh`` (output = model, clean change feed,
 result counts = change feed) and here: the mode, one output commit per refresh, the pinned versions are the
-inputs' latest and hold what the model joined, and the result's counts equal the model's own diff between
-the previous refresh and this one (per output key, or per copy of a row when the output has no key).
+inputs' latest and hold what the model joined, the output's change feed of the refresh is exactly the net
+change between the model's join before and after it, and the result's counts are the model's diff (per
+output key, or per copy of a row when the output has no key); and the plan that ran is the one asked for.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import small_refresh_bound, table_version
+from helpers import CDF_META, assert_clean_changes, read_changes, small_refresh_bound, table_version
 from hypothesis import example, given
 from hypothesis import strategies as st
 from multiway_model import Row
 from pyspark.sql import SparkSession
-from support.multiway_worlds import World, model_at, net_counts, output_key
+from support.multiway_worlds import World, as_rows, frozen, model_at, net_counts, output_key
 
 NAMES = "abcd"
 KEYS = [0, 1, 2, 3]  # primary keys of every input
 JOIN_KEYS = [0, 1, 2, 0, 1, 2, None]  # the shared join-key domain (a null one time in seven)
 VALUES = [0, 1, 2, None]  # small, so identical rewrites happen; null, so null values repeat and compare
 TAGS = ["x", "y"]
+#: The ``refresh_strategy`` settings an incremental refresh is drawn under.
+STRATEGIES = ["auto", "incremental", "recompute"]
 #: Examples per run: each builds its own Delta tables and runs 2 to 5 refreshes (a few minutes in all).
 
 
@@ -207,7 +216,7 @@ def plans(draw: st.DrawFn) -> dict[str, Any]:
     count = draw(st.integers(2, 4))
     names = NAMES[:count]
     cells = st.tuples(join_keys, values, tags)
-    return {
+    plan = {
         "inputs": count,
         "a_join_alias": draw(st.sampled_from(["k", "a_join"])),
         "b_excluded": draw(
@@ -219,10 +228,54 @@ def plans(draw: st.DrawFn) -> dict[str, Any]:
         "initial": {name: draw(st.dictionaries(keys, cells, min_size=2, max_size=4)) for name in names},
         "refreshes": draw(st.lists(st.lists(ops_for(names), min_size=1, max_size=4), min_size=1, max_size=4)),
     }
+    # one setting per refresh after the first (a full one, which has a single plan)
+    count_refreshes = len(plan["refreshes"])
+    plan["strategies"] = draw(
+        st.lists(st.sampled_from(STRATEGIES), min_size=count_refreshes, max_size=count_refreshes)
+    )
+    return plan
+
+
+def recomputable(plan: dict[str, Any], keyless: bool) -> bool:
+    """Whether the recompute plan serves ``plan``'s output (docs/kinds/multiway-join.md): it needs a key that
+    is never null (a ``pkey`` here holds ``a_value``, which may be) and the net-change commit (not
+    ``write_path: merge``). Otherwise a refresh asked to recompute runs the incremental plan."""
+    return not keyless and plan["pkey"] is None and plan["write_path"] != "merge"
+
+
+def assert_feed_is_the_models_change(
+    spark: SparkSession,
+    world: World,
+    before: int | None,
+    after: int,
+    old: dict[tuple, Row],
+    new: dict[tuple, Row],
+) -> None:
+    """The output's change feed over one refresh (versions ``before``+1 .. ``after``) is exactly the net
+    change between the model's join ``old`` and ``new``: per output key one insert, delete or update from
+    the model's old row to its new one; for a keyless output, the copies of rows the model lost deleted and
+    those it gained inserted, nothing else."""
+    out = world.spec["output"]["path"]
+    key = output_key(world.spec)
+    if key is not None:
+        assert_clean_changes(
+            spark, out, key, before, after, before_rows=old.values(), after_rows=new.values()
+        )
+        return
+    start = 0 if before is None else before + 1
+    changes = read_changes(spark, out, start, after) if after >= start else []
+    feed: dict[str, Counter] = {"insert": Counter(), "delete": Counter()}
+    for change in changes:
+        assert change["_change_type"] in feed, f"a keyless output's feed holds {change['_change_type']}"
+        feed[change["_change_type"]][frozen({n: v for n, v in change.items() if n not in CDF_META})] += 1
+    gained, lost = as_rows(new) - as_rows(old), as_rows(old) - as_rows(new)
+    assert (feed["insert"], feed["delete"]) == (gained, lost), "the feed is not the model's change"
 
 
 # ------------------------------------------------------------------------------------------------ test
 
+#: Four inputs whose rows change together with their partners (the telescoping sum's double-count traps),
+#: refreshed by the incremental plan.
 DOUBLE_COUNT_TRAPS = {
     "inputs": 4,
     "a_join_alias": "k",
@@ -250,7 +303,10 @@ DOUBLE_COUNT_TRAPS = {
             {"op": "upsert", "input": "a", "key": 1, "jk": 0, "v": 1, "s": "y"},
         ],
     ],
+    "strategies": ["incremental", "incremental"],
 }
+#: The same changes, refreshed by the recompute plan: only the rows that differ are committed.
+RECOMPUTED_TRAPS = {**DOUBLE_COUNT_TRAPS, "strategies": ["recompute", "recompute"]}
 
 
 #: A keyless output (``b``'s key dropped): ``b`` rows 0 and 1 differ only in dropped fields, so each ``a`` row
@@ -278,6 +334,7 @@ EQUAL_ROWS = {
             {"op": "upsert", "input": "b", "key": 1, "jk": 0, "v": None, "s": "x"},
         ],
     ],
+    "strategies": ["recompute", "auto", "incremental"],  # no key: a recompute falls back
 }
 
 #: A declared pkey holding every input's key and ``a_value``: a value change moves a row to another pkey
@@ -304,11 +361,13 @@ PKEY_MOVES = {
             {"op": "move", "input": "c", "key": 1, "jk": 0},
         ],
     ],
+    "strategies": ["recompute", "incremental"],  # a key that may hold nulls: a recompute falls back
 }
 
 
 @given(plan=plans(), adaptive=st.booleans())
 @example(plan=DOUBLE_COUNT_TRAPS, adaptive=False).via("four inputs, partners changing together, N:M buckets")
+@example(plan=RECOMPUTED_TRAPS, adaptive=False).via("the same changes, recomputed")
 @example(plan=EQUAL_ROWS, adaptive=False).via("a keyless output whose equal rows repeat, with nulls")
 @example(plan=PKEY_MOVES, adaptive=False).via("a pkey that changes with the values, and holds nulls")
 def test_refreshes_equal_the_model_recomputed(
@@ -327,9 +386,10 @@ def test_refreshes_equal_the_model_recomputed(
         keyless = output_key(world.spec) is None
         previous: dict[tuple, Row] = {}
 
-        def refresh(want_mode: str) -> None:
+        def refresh(want_mode: str, strategy: str = "auto") -> None:
             nonlocal previous
             before = world.versions[-1] if world.versions else None
+            world.spec["refresh_strategy"] = strategy
             result = world.refresh(write_path=plan["write_path"])  # output = model, clean change feed
             shown = f"{result['mode']} ({result['reason']}), warnings {result['warnings']}"
             assert result["mode"] == want_mode, f"expected a {want_mode} refresh, got {shown}"
@@ -344,11 +404,17 @@ def test_refreshes_equal_the_model_recomputed(
             assert result["output"]["version"] == output
             if want_mode == "incremental":
                 assert output == before + 1, "an incremental refresh is one output commit"
+                plan_ran = result["strategy"]
+                assert strategy == "auto" or plan_ran["chosen"] == strategy, plan_ran
+                if plan_ran["chosen"] == "recompute":
+                    served = "fallback" not in plan_ran
+                    assert served == recomputable(plan, keyless), f"{plan_ran}; {shown}"
                 # a keyless output is written as net changes even when MERGE is asked for (with a warning)
                 path = "merge" if plan["write_path"] == "merge" and not keyless else "net_changes"
                 assert result["write_path"] == path, shown
             elif want_mode == "noop":
                 assert output == before
+            assert_feed_is_the_models_change(spark, world, before, output, previous, now)
             counts = {kind: result["rows"][kind] for kind in ("inserted", "updated", "deleted")}
             assert counts == net_counts(world.spec, previous, now), (
                 f"result counts vs the model's diff; {shown}"
@@ -356,6 +422,6 @@ def test_refreshes_equal_the_model_recomputed(
             previous = now
 
         refresh("full")
-        for ops in plan["refreshes"]:
+        for ops, strategy in zip(plan["refreshes"], plan["strategies"], strict=True):
             committed = apply_changes(world, ops)
-            refresh("incremental" if committed else "noop")
+            refresh("incremental" if committed else "noop", strategy)

@@ -31,6 +31,12 @@ version (time travel); when that snapshot is gone the refresh falls back to reco
 identities from the new states and diffing them against the output's rows that show a changed input key,
 and says so in ``reason`` (an output that does not show those keys is rebuilt, with the reason).
 
+**Recompute.** The other plan of an incremental refresh (``refresh_strategy``, chosen by the skeleton):
+the whole join from the pinned inputs, checked as a full rebuild checks it, which the skeleton compares
+with the output key by key and commits as net changes (:meth:`MultiWayJoinRefresh.recompute`). Cheaper
+than the telescoping sum when the tables are tiny or much of an input changed; a keyless output, or one
+whose key may hold nulls, has only the incremental plan.
+
 An N:M join key whose bucket-size product exceeds ``max_rows_per_join_key`` fails before any join is
 materialised; ``output.pkey`` is checked (or, with ``enforce_pkey: false``, its repeats are counted).
 
@@ -42,6 +48,7 @@ Example::
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import reduce
 from typing import Any
@@ -59,10 +66,13 @@ from ..delta import changelog as cl
 from ..delta.changes import (
     ChangedKeys,
     KeyCheck,
+    ObservedKeys,
     check_keys_of,
     cut_lineage,
     feed_errors,
     maybe_broadcast,
+    observed_keys,
+    verify_observed,
 )
 from ..delta.tables import (
     DeltaHandle,
@@ -72,7 +82,7 @@ from ..delta.tables import (
     pinned_input,
     require_columns,
 )
-from ..refresh.skeleton import KindRefresh, RefreshContext, Written
+from ..refresh.skeleton import KindRefresh, Recomputed, RefreshContext, Written
 from ..write.merge import PRESENT, Commit, CommitRequest, append_output, merge_output, write_full_output
 from ..write.net_changes import (
     CHANGE,
@@ -291,6 +301,29 @@ class InputChanges:
             frame.unpersist()
 
 
+@dataclass(frozen=True)
+class WholeJoin:
+    """The join of every input's whole table, as :func:`whole_join` builds it (nothing runs yet)."""
+
+    #: Each input's rows prepared as the join takes them, in input order: what the N:M guard counts.
+    inputs: list[DataFrame]
+    #: The joined rows: the output's columns, then the hidden identity (for the pkey check's message).
+    rows: DataFrame
+
+
+def whole_join(shape: MultiWayShape, tables: Mapping[str, DataFrame]) -> WholeJoin:
+    """The join of the inputs' whole ``tables`` (by input name: its rows at the pinned version, one per
+    non-null key): what a full rebuild writes, a recompute compares with the output and an audit with the
+    output it reads, built once here so the three join alike.
+
+    >>> whole_join(shape, {"review": reviews, "business": businesses}).rows.columns  # doctest: +SKIP
+    ['review_id', 'biz_id', 'stars', 'name', '_fkjoin_id__review__review_id', '_fkjoin_id__business__...']
+    """
+    frames = [prepared(item, tables[item.name], F.lit(UNCHANGED)) for item in shape.inputs]
+    joined = join_all(frames, len(shape.on)).select(*[quote(c) for c in shape.value_columns + shape.identity])
+    return WholeJoin(frames, joined)
+
+
 def expected_output(
     spec: MultiWayJoinSpec, spark: SparkSession, states: dict[str, TableState]
 ) -> tuple[DataFrame, list[str], list[str]]:
@@ -299,11 +332,8 @@ def expected_output(
     handles = {name: DeltaHandle(spark, ref, name) for name, ref in refs.items()}
     sides = {name: read_input(refs[name], handles[name], states[name]) for name in refs}
     shape = resolve_shape(spec, {name: side.rows for name, side in sides.items()}, handles)
-    frames = [
-        prepared(item, _non_null(sides[item.name], item.key), F.lit(UNCHANGED)) for item in shape.inputs
-    ]
-    joined = join_all(frames, len(shape.on)).select(*[quote(c) for c in shape.value_columns])
-    return joined, list(shape.key or []), shape.rest
+    joined = whole_join(shape, _non_null_tables(shape, sides)).rows
+    return joined.select(*[quote(c) for c in shape.value_columns]), list(shape.key or []), shape.rest
 
 
 class MultiWayJoinRefresh(KindRefresh):
@@ -314,6 +344,10 @@ class MultiWayJoinRefresh(KindRefresh):
     """
 
     spec: MultiWayJoinSpec
+    #: A small refresh's Spark jobs by each plan (measured in ``tests/engine/test_action_counts.py``): the
+    #: telescoping sum's reads, checks and joins, against the guard's job and one comparison.
+    incremental_jobs = 10
+    recompute_jobs = 6
     #: What ``prepare`` resolved, read by every step: each input (by name) as the join reads it, and the
     #: join's columns.
     sides: dict[str, JoinInput]
@@ -450,17 +484,9 @@ class MultiWayJoinRefresh(KindRefresh):
         spec, shape, sides, output = self.spec, self.shape, self.sides, self.output
         dropped = null_keys_of([(sides[item.name], item.key) for item in shape.inputs])
         nulls = {item.name: count for item, count in zip(shape.inputs, dropped, strict=True)}
-        frames = [
-            prepared(item, _non_null(sides[item.name], item.key), F.lit(UNCHANGED)) for item in shape.inputs
-        ]
         phase("changes_read")
-        arity = len(shape.on)
-        self.guard_buckets([frames], arity)
-        joined = join_all(frames, arity).select(*[quote(c) for c in shape.value_columns + shape.identity])
-        if shape.pkey_checked:
-            joined = joined.persist(StorageLevel.MEMORY_AND_DISK)
+        joined, duplicates = self._checked_join(_non_null_tables(shape, sides), refresh.warnings, keep=True)
         try:
-            duplicates = self.check_pkey(joined, refresh.warnings)
             phase("merge_started")
             rows = joined.select(*[quote(c) for c in shape.value_columns])
             request = refresh.request("full", plan.reason)
@@ -480,6 +506,93 @@ class MultiWayJoinRefresh(KindRefresh):
         if duplicates is not None:
             counts["pkey_duplicates"] = duplicates
         return Written(commit, _rows(spec, **counts, nulls=nulls))
+
+    def recompute(self) -> Recomputed | None:
+        """The whole join from the pinned inputs, checked as a full rebuild checks it, for the skeleton to
+        compare with the output key by key (the recompute strategy).
+
+        The checks are a full rebuild's, with no job of their own where one can ride on another: a changelog
+        input's ops over its whole log (a job each; its rows are its latest event per key, as in a full
+        rebuild); the N:M guard, whose job also observes each table input's repeated and null keys
+        (:func:`..delta.changes.observed_keys`), verified right after it; then ``output.pkey`` over every
+        row. A key repeated in a table input is the error raised even when the guard or the pkey check
+        fails too, as a full rebuild, which checks the keys first, raises it.
+
+        An output holding an earlier version's identity columns is rebuilt, with the incremental plan's
+        reason (:meth:`_require_current_layout`).
+
+        None, and the incremental plan runs, for an output whose rows the skeleton cannot compare by key:
+
+        * a keyless output (a multiset of rows): equal rows are told apart by their copy number in the
+          output's files (``derive_key`` in :func:`_copy_changes`), which a key-by-key comparison has no
+          place for;
+        * an output whose key may hold nulls (a ``pkey`` column that is neither an input key nor a join
+          key): its keys must compare null-safe (``<=>``), and the skeleton's comparison uses ``=``, under
+          which a null key would read as a delete and an insert of the same row.
+
+        >>> MultiWayJoinRefresh(load_spec("business_reviews.yaml"), spark).recompute().key  # doctest: +SKIP
+        ['biz_id', 'review_id', 'owner_id']
+        """
+        spec, shape, sides = self.spec, self.shape, self.sides
+        if shape.key is None or shape.nullable_key:
+            return None
+        self._require_current_layout()
+        observed: dict[str, ObservedKeys] = {}
+        nulls: dict[str, int] = {}
+        tables: dict[str, DataFrame] = {}
+        for item in shape.inputs:
+            side = sides[item.name]
+            if side.changelog is None:
+                observed[item.name] = observed_keys(side.rows, item.key, side.handle, side.version)
+                tables[item.name] = observed[item.name].rows
+            else:
+                nulls[item.name] = cl.check_events(side.raw, side.changelog, side.handle).null_keys
+                tables[item.name] = side.rows
+        checks = list(observed.values())
+        try:
+            joined, duplicates = self._checked_join(tables, self.warnings, keep=False)
+        except InputDataError:
+            verify_observed(checks)  # a key repeated in an input is what a full rebuild reports first
+            raise
+        for name, counts in zip(observed, verify_observed(checks), strict=True):
+            nulls[name] = counts.null_keys
+
+        def result_rows(commit: Commit) -> dict[str, Any]:
+            counts: dict[str, Any] = {"nulls": nulls}
+            if duplicates is not None:
+                counts["pkey_duplicates"] = duplicates
+            return _rows(
+                spec, inserted=commit.inserted, updated=commit.updated, deleted=commit.deleted, **counts
+            )
+
+        rows = joined.select(*[quote(c) for c in shape.value_columns])
+        return Recomputed(rows, list(shape.key), shape.rest, result_rows, tuple(checks))
+
+    def _checked_join(
+        self, tables: Mapping[str, DataFrame], warnings: list[str], *, keep: bool
+    ) -> tuple[DataFrame, int | None]:
+        """The join of the inputs' whole ``tables`` (:func:`whole_join`) with a full rebuild's checks: the
+        N:M guard before the join runs, then ``output.pkey`` over every row (:meth:`check_pkey`). Returns the
+        joined rows (output columns, then the identity) and the repeated pkeys counted when they are not
+        enforced (else None).
+
+        With ``keep``, a join whose pkey is checked is cached for the write that follows (the caller
+        unpersists it); a recompute's is not, as nothing could release it once the skeleton has compared
+        it: it is computed again instead.
+
+        >>> joined, repeats = refresh._checked_join(tables, warnings, keep=True)  # doctest: +SKIP
+        """
+        shape = self.shape
+        joined = whole_join(shape, tables)
+        self.guard_buckets([joined.inputs], len(shape.on))
+        rows = joined.rows
+        if keep and shape.pkey_checked:
+            rows = rows.persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            return rows, self.check_pkey(rows, warnings)
+        except BaseException:
+            rows.unpersist()
+            raise
 
     def _replace_copies(self, refresh: RefreshContext, rows: DataFrame, request: CommitRequest) -> Commit:
         """A keyless output made to hold exactly ``rows``: created; or, over an output with the same
@@ -779,6 +892,11 @@ def _rows(spec: MultiWayJoinSpec, **counts: Any) -> dict[str, Any]:
 
 def _non_null(side: JoinInput, key: list[str]) -> DataFrame:
     return side.rows.where(~key_is_null(key))
+
+
+def _non_null_tables(shape: MultiWayShape, sides: Mapping[str, JoinInput]) -> dict[str, DataFrame]:
+    """Each input's rows with a non-null key, by input name (a full rebuild's and an audit's join)."""
+    return {item.name: _non_null(sides[item.name], item.key) for item in shape.inputs}
 
 
 # -- one input's part of the incremental refresh, and the MERGE source --------------------------------
