@@ -19,9 +19,9 @@ batched: per input at most one DELETE and one MERGE, so a key can be deleted and
 refresh. Each incremental refresh runs under a ``refresh_strategy`` drawn for it (``auto``, ``incremental``
 or ``recompute``; the setting is not fingerprinted, so it may change between refreshes): every plan must
 write the same rows and the same change feed, so one run of examples covers the three without repeating
-any refresh. The recompute plan serves a keyed output written as net changes; for the others (no key, a
-``pkey`` that may hold nulls, ``write_path: merge``) the result records the fallback to the incremental
-plan.
+any refresh. The recompute plan serves a keyed output written as net changes (a ``pkey`` that may hold
+nulls compares null-safe); for the others (no key, ``write_path: merge``) the result records the
+fallback to the incremental plan.
 
 Every refresh is checked by ``support.multiway_worlds.World.refresh`` (output = model, clean change feed,
 result counts = change feed) and here: the mode, one output commit per refresh, the pinned versions are the
@@ -237,10 +237,10 @@ def plans(draw: st.DrawFn) -> dict[str, Any]:
 
 
 def recomputable(plan: dict[str, Any], keyless: bool) -> bool:
-    """Whether the recompute plan serves ``plan``'s output (docs/kinds/multiway-join.md): it needs a key that
-    is never null (a ``pkey`` here holds ``a_value``, which may be) and the net-change commit (not
+    """Whether the recompute plan serves ``plan``'s output (docs/kinds/multiway-join.md): it needs a key
+    (a ``pkey`` that may hold nulls, ``a_value`` here, compares null-safe) and the net-change commit (not
     ``write_path: merge``). Otherwise a refresh asked to recompute runs the incremental plan."""
-    return not keyless and plan["pkey"] is None and plan["write_path"] != "merge"
+    return not keyless and plan["write_path"] != "merge"
 
 
 def assert_feed_is_the_models_change(

@@ -521,20 +521,16 @@ class MultiWayJoinRefresh(KindRefresh):
         An output holding an earlier version's identity columns is rebuilt, with the incremental plan's
         reason (:meth:`_require_current_layout`).
 
-        None, and the incremental plan runs, for an output whose rows the skeleton cannot compare by key:
-
-        * a keyless output (a multiset of rows): equal rows are told apart by their copy number in the
-          output's files (``derive_key`` in :func:`_copy_changes`), which a key-by-key comparison has no
-          place for;
-        * an output whose key may hold nulls (a ``pkey`` column that is neither an input key nor a join
-          key): its keys must compare null-safe (``<=>``), and the skeleton's comparison uses ``=``, under
-          which a null key would read as a delete and an insert of the same row.
+        An output whose key may hold nulls (a ``pkey`` column that is neither an input key nor a join key)
+        is compared null-safe (``<=>``). None, and the incremental plan runs, for a keyless output (a
+        multiset of rows): equal rows are told apart by their copy number in the output's files
+        (``derive_key`` in :func:`_copy_changes`), which a key-by-key comparison has no place for.
 
         >>> MultiWayJoinRefresh(load_spec("business_reviews.yaml"), spark).recompute().key  # doctest: +SKIP
         ['biz_id', 'review_id', 'owner_id']
         """
         spec, shape, sides = self.spec, self.shape, self.sides
-        if shape.key is None or shape.nullable_key:
+        if shape.key is None:
             return None
         self._require_current_layout()
         observed: dict[str, ObservedKeys] = {}
@@ -566,7 +562,9 @@ class MultiWayJoinRefresh(KindRefresh):
             )
 
         rows = joined.select(*[quote(c) for c in shape.value_columns])
-        return Recomputed(rows, list(shape.key), shape.rest, result_rows, tuple(checks))
+        return Recomputed(
+            rows, list(shape.key), shape.rest, result_rows, tuple(checks), null_safe=shape.nullable_key
+        )
 
     def _checked_join(
         self, tables: Mapping[str, DataFrame], warnings: list[str], *, keep: bool

@@ -369,6 +369,8 @@ class Recomputed:
     value_columns: list[str]
     result_rows: Callable[[Commit], dict[str, Any]]
     checks: tuple[ObservedKeys, ...] = ()
+    #: The key may hold nulls (a declared ``pkey``): compared null-safe.
+    null_safe: bool = False
 
 
 class KindRefresh(ABC):
@@ -564,7 +566,9 @@ def _refresh_pinned(
         return kind.result(refresh, plan, None, kind.noop_rows())
     warm = kind.warm_bytes(refresh, plan) if plan.mode == "incremental" else None
     read_bytes = warm if warm is not None else _table_bytes(kind, states, refresh)
-    with small_refresh(kind.spark, read_bytes) as settings:
+    strategy, learned = _strategy(kind, refresh, plan, states) if plan.mode == "incremental" else (None, None)
+    whole_tables = plan.mode == "full" or (strategy is not None and strategy["chosen"] == "recompute")
+    with small_refresh(kind.spark, read_bytes, whole_tables=whole_tables) as settings:
         if settings:
             log.info(
                 "output %s: a small refresh, run without adaptive execution on %s shuffle partitions (%s)",
@@ -572,7 +576,7 @@ def _refresh_pinned(
                 settings["spark.sql.shuffle.partitions"],
                 SMALL_REFRESH_BYTES_CONF,
             )
-        return _write(kind, options, refresh, plan, current, states)
+        return _write(kind, options, refresh, plan, current, states, strategy, learned)
 
 
 def _table_bytes(
@@ -596,11 +600,12 @@ def _write(
     plan: RefreshPlan,
     current: dict[str, InputState],
     states: dict[str, TableState],
+    strategy: dict[str, Any] | None,
+    learned: LearnedEstimate | None,
 ) -> RefreshResult:
-    """Run the kind's incremental path (or, when the strategy says so, its recompute; either falls back to
-    a full rebuild) or its full rebuild."""
+    """Run the kind's incremental path (or, when ``strategy`` says so, its recompute; either falls back
+    to a full rebuild) or its full rebuild."""
     if plan.mode == "incremental":
-        strategy, learned = _strategy(kind, refresh, plan, states)
         plan_started = time.monotonic()
         try:
             written = None
@@ -771,7 +776,10 @@ def _recompute(
         return None
     recomputed = kind.recompute()
     if recomputed is None:
-        strategy["fallback"] = "this spec has no recompute (a changelog input): the incremental plan ran"
+        strategy["fallback"] = (
+            f"this {kind.identity.kind} spec has no recompute plan (its kind's page says which forms "
+            "have one): the incremental plan ran"
+        )
         return None
     assert refresh.log.latest_version is not None
     previous = kind.output.read_with_positions(refresh.log.latest_version)
@@ -784,7 +792,12 @@ def _recompute(
     phase("changes_read")
     request = refresh.request("incremental", plan.reason)
     net = net_changes(
-        previous, recomputed.rows, recomputed.key, recomputed.value_columns, keep_unchanged=False
+        previous,
+        recomputed.rows,
+        recomputed.key,
+        recomputed.value_columns,
+        keep_unchanged=False,
+        null_safe=recomputed.null_safe,
     )
     try:
         verify_observed(list(recomputed.checks))

@@ -92,6 +92,10 @@ SMALL_REFRESH_BYTES = 128 * 1024 * 1024
 #: A small refresh's shuffle partitions: one per this many bytes of its tables (at least one, at most the
 #: session's own number).
 SMALL_REFRESH_PARTITION_BYTES = 32 * 1024 * 1024
+#: The same for a small refresh that shuffles its tables whole (a full rebuild, a recompute): one
+#: partition per this many bytes, so that its join runs on every core (one partition per 32 MiB ran a 1M
+#: x 100K recompute on one core).
+WHOLE_TABLES_PARTITION_BYTES = 4 * 1024 * 1024
 #: The settings under which Spark caches a plan (``persist``) in the session itself rather than in a clone
 #: of it: Spark clones the session to cache a plan with these two on (their defaults). Over Spark Connect a
 #: clone is a new session to the executors, with class loaders of its own, so each cached frame compiled
@@ -207,10 +211,12 @@ def in_small_refresh(spark: SparkSession) -> bool:
     return shared is not None and bool(shared.settings)
 
 
-def small_refresh_settings(table_bytes: int | None, current: Mapping[str, str | None]) -> dict[str, str]:
+def small_refresh_settings(
+    table_bytes: int | None, current: Mapping[str, str | None], *, whole_tables: bool = False
+) -> dict[str, str]:
     """The session settings for a refresh whose tables hold ``table_bytes`` of data files (None: unknown),
     given the session's ``current`` values of :data:`SMALL_REFRESH_KEYS`; empty when the refresh is not
-    small.
+    small. ``whole_tables``: the refresh shuffles its tables whole (:data:`WHOLE_TABLES_PARTITION_BYTES`).
 
     A refresh runs a fixed number of Spark executions whatever it reads. Adaptive execution splits each
     into one job per query stage; on tables this small every stage is a few tasks, and scheduling it as
@@ -233,7 +239,8 @@ def small_refresh_settings(table_bytes: int | None, current: Mapping[str, str | 
         return {}
     partitions = current.get("spark.sql.shuffle.partitions")
     have = int(partitions) if partitions and partitions.isdigit() else 200
-    wanted = -(-table_bytes // SMALL_REFRESH_PARTITION_BYTES)
+    per_partition = WHOLE_TABLES_PARTITION_BYTES if whole_tables else SMALL_REFRESH_PARTITION_BYTES
+    wanted = -(-table_bytes // per_partition)
     return {
         "spark.sql.adaptive.enabled": "false",
         "spark.sql.autoBroadcastJoinThreshold": "-1",
@@ -257,9 +264,11 @@ _small_refreshes: weakref.WeakKeyDictionary[SparkSession, _SmallRefresh] = weakr
 
 
 @contextmanager
-def small_refresh(spark: SparkSession, table_bytes: int | None) -> Iterator[dict[str, str]]:
-    """Run a block (one refresh) with :func:`small_refresh_settings` for ``table_bytes``, and give the
-    session back as it was; yields the settings applied (empty: none).
+def small_refresh(
+    spark: SparkSession, table_bytes: int | None, *, whole_tables: bool = False
+) -> Iterator[dict[str, str]]:
+    """Run a block (one refresh) with :func:`small_refresh_settings` for ``table_bytes`` (and
+    ``whole_tables``), and give the session back as it was; yields the settings applied (empty: none).
 
     Session settings are the whole session's: refreshes that share one session from several threads run
     under the settings the first of them chose, until the last of them ends and the session's own values
@@ -274,7 +283,7 @@ def small_refresh(spark: SparkSession, table_bytes: int | None) -> Iterator[dict
         shared = _small_refreshes.get(spark)
         if shared is None:
             current = {key: spark.conf.get(key, None) for key in SMALL_REFRESH_KEYS}
-            settings = small_refresh_settings(table_bytes, current)
+            settings = small_refresh_settings(table_bytes, current, whole_tables=whole_tables)
             shared = _SmallRefresh(settings, {key: current[key] for key in settings})
             try:
                 for key, value in settings.items():

@@ -132,7 +132,8 @@ def net_changes(
     )
     n = new.select(*[quote(c) for c in key + value_columns]).withColumn(_NEW, F.lit(True)).alias("n")
     on = _key_condition("o", "n", key, null_safe)
-    joined = o.join(n, on, "full_outer")
+    # hashed, not sorted: a recompute compares whole tables, and sorting both sides is most of the cost
+    joined = o.join(n.hint("shuffle_hash"), on, "full_outer")
     same = F.expr(values_equal("o", "n", [(c, types[c]) for c in value_columns]))
     had, has = F.col(f"o.{_OLD}").isNotNull(), F.col(f"n.{_NEW}").isNotNull()
     change = F.when(had & has & ~same, "update").when(had & ~has, "delete").when(~had & has, "insert")

@@ -75,7 +75,9 @@ class _KindSpec(_Strict):
             "incremental plan against recomputing the join from the pinned inputs, from the sizes in the "
             "Delta logs, and takes the cheaper; `incremental` always joins only what changed; `recompute` "
             "always recomputes the join and commits only the rows that differ. Either way the output's "
-            "change feed holds only real changes. Foreign-key joins and table-mode windowed joins."
+            "change feed holds only real changes. `auto` learns each plan's cost from the output's earlier "
+            "refreshes. Keyed outputs: foreign-key, table-mode windowed and N-way joins, and global tables "
+            "over a keyed source; append-only outputs only append, so they have no recompute."
         ),
         examples=["recompute"],
     )
