@@ -133,22 +133,34 @@ class BaseTables:
     generated: dict  # table -> seconds spent generating (0 when reused)
 
 
-def ensure_base_tables(spark: SparkSession, workdir: Path, left_rows: int, right_rows: int) -> BaseTables:
-    """The pristine orders/customers tables for these sizes, generated once and reused after."""
+def ensure_customers(spark: SparkSession, workdir: Path, right_rows: int) -> tuple[Path, float]:
+    """The pristine customers table of ``right_rows`` rows under ``<workdir>/base`` (generated once, reused
+    after) and the seconds spent generating it now (0 when reused): the right side of the foreign-key
+    join, and on its own the source of a global table (``bench.global_table``, ``bench.sweep``).
+
+    >>> ensure_customers(spark, Path("bench/data"), 1_000)  # doctest: +SKIP
+    (PosixPath('bench/data/base/customers_1000'), 0.0)
+    """
     base = workdir / "base"
     base.mkdir(parents=True, exist_ok=True)
     right_params = {"gen": GEN_VERSION, "table": "customers", "rows": right_rows}
-    left_params = {"gen": GEN_VERSION, "table": "orders", "rows": left_rows, "right_rows": right_rows}
     right_path = base / f"customers_{right_rows}"
-    left_path = base / f"orders_{left_rows}_fk{right_rows}"
-    generated = {}
     made, secs = _ensure(
         spark,
         right_path,
         right_params,
         lambda: customers_df(spark, spark.range(0, right_rows, 1, _partitions(right_rows))),
     )
-    generated["right"] = round(secs, 2) if made else 0.0
+    return right_path, round(secs, 2) if made else 0.0
+
+
+def ensure_base_tables(spark: SparkSession, workdir: Path, left_rows: int, right_rows: int) -> BaseTables:
+    """The pristine orders/customers tables for these sizes, generated once and reused after."""
+    base = workdir / "base"
+    left_params = {"gen": GEN_VERSION, "table": "orders", "rows": left_rows, "right_rows": right_rows}
+    left_path = base / f"orders_{left_rows}_fk{right_rows}"
+    generated = {}
+    right_path, generated["right"] = ensure_customers(spark, workdir, right_rows)
     made, secs = _ensure(
         spark,
         left_path,
@@ -193,8 +205,14 @@ def right_split(n: int) -> SplitCounts:
     return SplitCounts(updates=n - deletes - inserts, deletes=deletes, inserts=inserts)
 
 
-def _spread_keys(spark: SparkSession, count: int, domain: int, batch: int) -> DataFrame:
-    """``count`` distinct keys ``k`` in [0, domain), evenly spread, disjoint between batches."""
+def _spread_keys(
+    spark: SparkSession, count: int, domain: int, batch: int, reuse_keys: bool = False
+) -> DataFrame:
+    """``count`` distinct keys ``k`` in [0, domain), evenly spread, disjoint between batches.
+
+    Only ``domain // count`` batches fit disjoint; a later one is an error unless ``reuse_keys``, when it
+    takes the keys of batch ``batch % (domain // count)`` again (``bench.sweep``'s rounds at 50% changed).
+    """
     from pyspark.sql import functions as F
 
     if count == 0:
@@ -202,11 +220,11 @@ def _spread_keys(spark: SparkSession, count: int, domain: int, batch: int) -> Da
     stride = domain // count
     if stride < 1:
         raise ValueError(f"cannot pick {count} keys out of {domain}")
-    if batch >= stride:
+    if batch >= stride and not reuse_keys:
         raise ValueError(
             f"batch {batch}: {count} keys out of {domain} leave no room for another disjoint batch"
         )
-    offset = batch  # batch b takes keys b, b + stride, b + 2*stride, ...: disjoint from every other batch
+    offset = batch % stride  # batch b < stride takes keys b, b + stride, ...: disjoint from the others
     return spark.range(0, count, 1, 1).select(
         F.col("id").alias("j"), (F.col("id") * F.lit(stride) + F.lit(offset)).alias("k")
     )
@@ -228,14 +246,20 @@ def _new_customer_base(right_rows: int, batch: int, per_batch: int) -> int:
     return right_rows + batch * max(per_batch, 1)
 
 
-def apply_right_changes(spark: SparkSession, path: Path, right_rows: int, n: int, batch: int) -> dict:
-    """Right batch as three commits: updates, deletes, inserts. Returns counts and the commit versions."""
+def apply_right_changes(
+    spark: SparkSession, path: Path, right_rows: int, n: int, batch: int, reuse_keys: bool = False
+) -> dict:
+    """Right batch as three commits: updates, deletes, inserts. Returns counts and the commit versions.
+
+    ``reuse_keys``: a batch past the last disjoint one changes an earlier batch's keys again (see
+    :func:`_spread_keys`): its updates change those rows again, its deletes of rows already deleted
+    change nothing, so it changes fewer rows than ``n``."""
     from pyspark.sql import functions as F
 
     split = right_split(n)
     versions = []
     existing = split.updates + split.deletes
-    keys = _spread_keys(spark, existing, right_rows, batch)
+    keys = _spread_keys(spark, existing, right_rows, batch, reuse_keys)
     upd = customers_df(
         spark, keys.where(F.col("j") < split.updates).select(F.col("k").alias("id")), f"~b{batch}"
     )
@@ -286,11 +310,13 @@ def apply_left_changes(
     n_right: int,
     batch: int,
     newest: float | None = None,
+    reuse_keys: bool = False,
 ) -> dict:
     """Left batch as four commits: FK changes, deletes, inserts, amount updates.
 
     With ``newest`` (a share, e.g. 0.01), the changed existing orders are the newest ones (the top of
-    the key range), as when recent orders are the ones that change; otherwise they spread evenly."""
+    the key range), as when recent orders are the ones that change; otherwise they spread evenly.
+    ``reuse_keys``: as in :func:`apply_right_changes`."""
     from pyspark.sql import functions as F
 
     split = left_split(n)
@@ -298,10 +324,10 @@ def apply_left_changes(
     new_cust_base = _new_customer_base(right_rows, batch, rsplit.inserts)
     existing = split.fk_changes + split.deletes + split.amount_updates
     if newest is None:
-        keys = _spread_keys(spark, existing, left_rows, batch)
+        keys = _spread_keys(spark, existing, left_rows, batch, reuse_keys)
     else:
         domain = max(existing, int(left_rows * newest))
-        keys = _spread_keys(spark, existing, domain, batch).withColumn(
+        keys = _spread_keys(spark, existing, domain, batch, reuse_keys).withColumn(
             "k", F.col("k") + F.lit(left_rows - domain)
         )
     versions = []

@@ -43,16 +43,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parse_with_common(p, "multiway", argv, repeat=3)
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+def write_inputs(spark, paths: dict[str, str], reviews: int) -> int:
+    """Write the three inputs (``paths["review"]``, ``["business"]``, ``["owner"]``): ``reviews`` reviews
+    over ``reviews // 10`` businesses, one owner each; returns the number of businesses. Shared with
+    ``bench.sweep``.
+
+    >>> paths = {n: f"/tmp/mw/{n}" for n in ("review", "business", "owner")}
+    >>> write_inputs(spark, paths, 1_000)  # doctest: +SKIP
+    100
+    """
     from pyspark.sql import functions as F
 
-    from airflow_provider_fkjoin.engine import run_spec
-
-    tee = trace_phases()
-    spark = bench_spark(args)
-    paths = {n: str(args.workdir / n) for n in ("review", "business", "owner", "out", "baseline")}
-    businesses = max(args.reviews // 10, 1)
+    businesses = max(reviews // 10, 1)
 
     def write(frame, path: str, key: str) -> None:
         writer = frame.repartitionByRange(max(frame.count() // 1_000_000, 1), key).write.format("delta")
@@ -60,9 +62,8 @@ def main(argv: list[str] | None = None) -> int:
             writer = writer.option(name, value)
         writer.save(path)
 
-    started = time.perf_counter()
     write(
-        spark.range(args.reviews).select(
+        spark.range(reviews).select(
             F.col("id").alias("review_id"),
             F.pmod(F.xxhash64("id"), F.lit(businesses)).alias("biz_id"),
             F.pmod(F.xxhash64("id", F.lit(1)), F.lit(5)).cast("int").alias("stars"),
@@ -89,8 +90,12 @@ def main(argv: list[str] | None = None) -> int:
         paths["owner"],
         "owner_id",
     )
-    generate_s = round(time.perf_counter() - started, 2)
-    spec = {
+    return businesses
+
+
+def make_spec(paths: dict[str, str]) -> dict:
+    """The benchmark's multiway_join over :func:`write_inputs`' tables, written to ``paths["out"]``."""
+    return {
         "kind": "multiway_join",
         "inputs": [
             {
@@ -117,6 +122,43 @@ def main(argv: list[str] | None = None) -> int:
         ],
         "output": {"path": paths["out"], "pkey": ["review_id"]},
     }
+
+
+def change_inputs(spark, paths: dict[str, str], modulus: int, index: int, exact: bool = False) -> None:
+    """Round ``index``'s change, one UPDATE commit per input: 1 in ``modulus`` rows of each (a review's
+    stars, a business's name, an owner's name). The rows are picked by a hash of the key and ``index``
+    (about 1 in ``modulus``), or with ``exact`` every ``modulus``-th key from ``index``: exactly that
+    share, and at least one row however small the table (``bench.sweep``'s 0.01% of 1,000 rows).
+
+    >>> change_inputs(spark, paths, 1000, 0)  # about 0.1% of each input  # doctest: +SKIP
+    """
+
+    def picked(key: str) -> str:
+        if exact:
+            return f"pmod({key}, {modulus}) = {index % modulus}"
+        return f"pmod(xxhash64({key}, {index}), {modulus}) = 0"
+
+    spark.sql(f"UPDATE delta.`{paths['review']}` SET stars = (stars + 1) % 5 WHERE {picked('review_id')}")
+    spark.sql(
+        f"UPDATE delta.`{paths['business']}` SET name = concat(name, '+') WHERE {picked('business_id')}"
+    )
+    spark.sql(
+        f"UPDATE delta.`{paths['owner']}` SET owner_name = concat(owner_name, '+') "
+        f"WHERE {picked('business_id' if exact else 'owner_id')}"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    from airflow_provider_fkjoin.engine import run_spec
+
+    tee = trace_phases()
+    spark = bench_spark(args)
+    paths = {n: str(args.workdir / n) for n in ("review", "business", "owner", "out", "baseline")}
+    started = time.perf_counter()
+    businesses = write_inputs(spark, paths, args.reviews)
+    generate_s = round(time.perf_counter() - started, 2)
+    spec = make_spec(paths)
     started = time.perf_counter()
     first = run_spec(spec, spark=spark)
     first_s = round(time.perf_counter() - started, 2)
@@ -136,18 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     modulus = max(round(1 / args.changed_share), 1)
     rounds = []
     for index in range(args.repeat):
-        spark.sql(
-            f"UPDATE delta.`{paths['review']}` SET stars = (stars + 1) % 5 "
-            f"WHERE pmod(xxhash64(review_id, {index}), {modulus}) = 0"
-        )
-        spark.sql(
-            f"UPDATE delta.`{paths['business']}` SET name = concat(name, '+') "
-            f"WHERE pmod(xxhash64(business_id, {index}), {modulus}) = 0"
-        )
-        spark.sql(
-            f"UPDATE delta.`{paths['owner']}` SET owner_name = concat(owner_name, '+') "
-            f"WHERE pmod(xxhash64(owner_id, {index}), {modulus}) = 0"
-        )
+        change_inputs(spark, paths, modulus, index)
         began = time.perf_counter()
         with phases_seen(tee) as marks:
             result = run_spec(spec, spark=spark)

@@ -36,6 +36,71 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parse_with_common(p, "windowed_table", argv, repeat=3)
 
 
+def write_table(spark, path: str, services: int, minutes: int) -> int:
+    """Write the windowed table at ``path``: ``services`` x ``minutes`` one-minute windows (``service``,
+    ``ws``, ``we``, ``errors``), laid out by window start; returns its rows. Shared with ``bench.sweep``.
+
+    >>> write_table(spark, "/tmp/wt/errors_per_min", services=10, minutes=100)  # doctest: +SKIP
+    1000
+    """
+    from pyspark.sql import functions as F
+
+    rows = services * minutes
+    windows = (
+        spark.range(rows)
+        .select(
+            F.concat(F.lit("svc"), (F.col("id") % services).cast("string")).alias("service"),
+            F.timestamp_seconds(F.lit(START_S) + F.floor(F.col("id") / services) * MINUTE_S).alias("ws"),
+            F.pmod(F.xxhash64("id"), F.lit(50)).alias("errors"),
+        )
+        .withColumn("we", F.col("ws") + F.expr("INTERVAL 1 MINUTE"))
+    )
+    (
+        windows.repartitionByRange(max(rows // 200_000, 1), "ws")
+        .sortWithinPartitions("ws")
+        .write.format("delta")
+        .option("delta.enableChangeDataFeed", "true")
+        .option("delta.enableDeletionVectors", "true")
+        .save(path)
+    )
+    return rows
+
+
+def make_spec(table: str, out: str, offset: str = "-7d") -> dict:
+    """The benchmark's join: each window of ``table`` with the same service's window ``offset`` earlier (a
+    left join), written to ``out``."""
+    window = {"start": "ws", "end": "we"}
+    return {
+        "kind": "windowed_join",
+        "mode": "table",
+        "left": {"path": table, "key": ["service"], "window": window},
+        "right": {"path": table, "key": ["service"], "window": {**window, "offset": offset}},
+        "how": "left",
+        "columns": {"errors": "l.errors", "errors_week_ago": "r.errors"},
+        "output": {"path": out},
+    }
+
+
+def change_table(spark, table: str, modulus: int, index: int, services: int | None = None) -> None:
+    """Round ``index``'s change, one UPDATE commit: ``errors + 1`` in 1 in ``modulus`` windows. Picked by a
+    hash of the window and ``index`` (about 1 in ``modulus``, spread over the whole table: late updates of
+    old windows), or, given the table's ``services``, every ``modulus``-th window (in
+    :func:`write_table`'s order) from ``index``: exactly that share, at least one row however small the
+    table (``bench.sweep``).
+
+    >>> change_table(spark, "/tmp/wt/errors_per_min", 100, 0, services=10)  # 10 of 1,000  # doctest: +SKIP
+    """
+    if services is None:
+        picked = f"pmod(xxhash64(service, ws, {index}), {modulus}) = 0"
+    else:
+        ordinal = (
+            f"(unix_seconds(ws) - {START_S}) DIV {MINUTE_S} * {services} "
+            "+ CAST(substring(service, 4) AS BIGINT)"
+        )
+        picked = f"pmod({ordinal}, {modulus}) = {index % modulus}"
+    spark.sql(f"UPDATE delta.`{table}` SET errors = errors + 1 WHERE {picked}")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from pyspark.sql import functions as F
@@ -48,34 +113,9 @@ def main(argv: list[str] | None = None) -> int:
     rows = args.services * minutes
 
     started = time.perf_counter()
-    windows = (
-        spark.range(rows)
-        .select(
-            F.concat(F.lit("svc"), (F.col("id") % args.services).cast("string")).alias("service"),
-            F.timestamp_seconds(F.lit(START_S) + F.floor(F.col("id") / args.services) * MINUTE_S).alias("ws"),
-            F.pmod(F.xxhash64("id"), F.lit(50)).alias("errors"),
-        )
-        .withColumn("we", F.col("ws") + F.expr("INTERVAL 1 MINUTE"))
-    )
-    (
-        windows.repartitionByRange(max(rows // 200_000, 1), "ws")
-        .sortWithinPartitions("ws")
-        .write.format("delta")
-        .option("delta.enableChangeDataFeed", "true")
-        .option("delta.enableDeletionVectors", "true")
-        .save(table)
-    )
+    write_table(spark, table, args.services, minutes)
     generate_s = round(time.perf_counter() - started, 2)
-    window = {"start": "ws", "end": "we"}
-    spec = {
-        "kind": "windowed_join",
-        "mode": "table",
-        "left": {"path": table, "key": ["service"], "window": window},
-        "right": {"path": table, "key": ["service"], "window": {**window, "offset": "-7d"}},
-        "how": "left",
-        "columns": {"errors": "l.errors", "errors_week_ago": "r.errors"},
-        "output": {"path": out},
-    }
+    spec = make_spec(table, out)
     started = time.perf_counter()
     first = run_spec(spec, spark=spark)
     first_s = round(time.perf_counter() - started, 2)
@@ -103,10 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     modulus = max(round(1 / args.changed_share), 1)
     rounds = []
     for index in range(args.repeat):
-        spark.sql(
-            f"UPDATE delta.`{table}` SET errors = errors + 1 "
-            f"WHERE pmod(xxhash64(service, ws, {index}), {modulus}) = 0"
-        )
+        change_table(spark, table, modulus, index)
         began = time.perf_counter()
         result = run_spec(spec, spark=spark)
         refresh_s = round(time.perf_counter() - began, 2)

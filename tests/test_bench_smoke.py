@@ -28,6 +28,7 @@ BENCHMARKS = [
     "multiway",
     "object_store",
     "self_join",
+    "sweep",
     "windowed",
     "windowed_table",
 ]
