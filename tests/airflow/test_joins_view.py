@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from airflow_support import write_table
+from support.delta_log import plans_in_log
 
 REPO = Path(__file__).resolve().parents[2]
 STATIC = REPO / "airflow_provider_fkjoin" / "plugins" / "static"
@@ -342,28 +343,6 @@ def _plan_commits(output: Path) -> None:
     )
 
 
-def _plans_in_log(output: Path) -> dict[int, dict[str, Any] | None]:
-    """Each commit's plan and its actual seconds, from the ``_delta_log`` files themselves."""
-    plans: dict[int, dict[str, Any] | None] = {}
-    for commit in sorted((output / "_delta_log").glob("*.json")):
-        lines = [json.loads(line) for line in commit.read_text().splitlines() if line.strip()]
-        [info] = [line["commitInfo"] for line in lines if "commitInfo" in line]
-        payload = json.loads(info["userMetadata"])["fkjoin"]
-        record = payload.get("strategy")
-        if record is None:
-            plans[int(commit.stem)] = None
-            continue
-        committed = datetime.fromtimestamp(info["timestamp"] / 1000, tz=UTC)
-        seconds = (committed - datetime.fromisoformat(payload["started_at"])).total_seconds()
-        plans[int(commit.stem)] = {
-            "chosen": record["chosen"],
-            "basis": record["basis"],
-            "estimate": record["estimate"],
-            "actual_s": seconds - record["plan_start_s"],
-        }
-    return plans
-
-
 def test_each_refresh_of_the_view_carries_the_plan_its_commit_recorded(tmp_path: Path) -> None:
     from airflow_provider_fkjoin.plugins.joins_view import JoinTask, output_row, read_freshness
 
@@ -373,7 +352,7 @@ def test_each_refresh_of_the_view_carries_the_plan_its_commit_recorded(tmp_path:
     assert error is None and freshness is not None
     row = output_row(task, freshness, None)
 
-    plans = _plans_in_log(tmp_path / "out")
+    plans = plans_in_log(tmp_path / "out")
     assert [r["version"] for r in freshness["refreshes"]] == [2, 1, 0]
     assert row["last_refresh"]["strategy"] is not None
     for refresh in freshness["refreshes"]:
@@ -467,7 +446,7 @@ def test_the_history_page_shows_each_plan_and_marks_the_slow_one(tmp_path: Path)
     seen = _in_a_browser(routes, f"http://view.test{URL_PREFIX}/output?dag_id=d&task_id=t", "td.plan")
 
     assert seen["errors"] == []
-    plans = _plans_in_log(tmp_path / "out")
+    plans = plans_in_log(tmp_path / "out")
     cells = seen["cells"]
     assert cells["0"] == {"text": "", "slower": None, "marked": False}, "no plan recorded: nothing shown"
     slow, fine = plans[1], plans[2]

@@ -5,15 +5,14 @@ metadata and timestamps; and the ``phases`` every result reports."""
 
 from __future__ import annotations
 
-import json
 import shutil
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 import pytest
 from delta.tables import DeltaTable
 from helpers import orders_customers
+from support.delta_log import plans_in_log
 
 from airflow_provider_fkjoin.engine import (
     output_freshness,
@@ -28,30 +27,6 @@ ORIGIN = {"dag_id": "orders", "run_id": "manual__1", "task_id": "enrich", "map_i
 def _commit_times(spark, path: Path) -> dict[int, object]:
     history = DeltaTable.forPath(spark, str(path)).history().collect()
     return {row["version"]: row["timestamp"] for row in history}
-
-
-def _plans_in_log(path: Path) -> dict[int, dict[str, Any] | None]:
-    """Each commit's plan read from the output's ``_delta_log`` files themselves: what its commitInfo's
-    userMetadata recorded (``chosen``, ``basis``, ``estimate``) and its seconds from the plan's start to
-    the commitInfo's timestamp; None for a commit without one."""
-    plans: dict[int, dict[str, Any] | None] = {}
-    for commit in sorted((path / "_delta_log").glob("*.json")):
-        lines = [json.loads(line) for line in commit.read_text().splitlines() if line.strip()]
-        [info] = [line["commitInfo"] for line in lines if "commitInfo" in line]
-        payload = json.loads(info["userMetadata"])["fkjoin"]
-        record = payload.get("strategy")
-        if record is None:
-            plans[int(commit.stem)] = None
-            continue
-        committed = datetime.fromtimestamp(info["timestamp"] / 1000, tz=UTC)
-        started = datetime.fromisoformat(payload["started_at"])
-        plans[int(commit.stem)] = {
-            "chosen": record["chosen"],
-            "basis": record.get("basis"),
-            "estimate": record.get("estimate"),
-            "actual_s": (committed - started).total_seconds() - record["plan_start_s"],
-        }
-    return plans
 
 
 def test_freshness_reports_each_refresh_and_the_lag_behind_each_input(spark, warehouse: Path) -> None:
@@ -77,7 +52,7 @@ def test_freshness_reports_each_refresh_and_the_lag_behind_each_input(spark, war
     assert fresh["last_refresh"] == fresh["refreshes"][0]
 
     # the plan each refresh ran, as its commit recorded it, and its actual seconds to the commit
-    plans = _plans_in_log(out)
+    plans = plans_in_log(out)
     for refresh in fresh["refreshes"]:
         expected, shown = plans[refresh["version"]], refresh["strategy"]
         assert expected is not None and shown is not None, refresh
