@@ -234,8 +234,12 @@ class LearnedEstimate:
     basis: str
     runs: dict[str, int]
     factors: dict[str, float]
-    change_ratio: float
     explore: str | None = None
+
+    @property
+    def change_ratio(self) -> float:
+        """The change feeds' bytes over the inputs' (:attr:`PlanFeatures.change_ratio`)."""
+        return self.features.change_ratio
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -309,7 +313,6 @@ def learned_estimate(
         "history" if factors else "prior",
         runs,
         factors,
-        features.change_ratio,
         _to_explore(estimate, mine),
     )
 

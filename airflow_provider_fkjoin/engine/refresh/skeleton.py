@@ -613,7 +613,8 @@ def _write(
                 written = _recompute(kind, refresh, plan, strategy)
             if written is None:
                 if strategy is not None and strategy["chosen"] == "recompute":
-                    _record_plan(kind, refresh, "incremental", learned, time.monotonic(), "fallback")
+                    cluster = str(refresh.strategy_record["cluster"]) if refresh.strategy_record else ""
+                    _record_plan(refresh, "incremental", learned, time.monotonic(), "fallback", cluster)
                 written = kind.incremental(refresh, plan)
         except RebuildRequired as unavailable:
             plan = RefreshPlan("full", str(unavailable), dict.fromkeys(current))
@@ -653,14 +654,13 @@ def _strategy(
         return None, None
     requested = getattr(kind.identity, "refresh_strategy", "auto")
     features = _features(kind, refresh, plan, states, feeds=True)
+    cluster = cluster_name(kind.spark)
     learned = None
     unknown = None
     if features is None:
         unknown = "a change feed's or a table's size is unknown"
     else:
-        learned = learned_estimate(
-            features, cost_model(kind.spark), list(refresh.log.costs), cluster_name(kind.spark)
-        )
+        learned = learned_estimate(features, cost_model(kind.spark), list(refresh.log.costs), cluster)
     preferred = kind.preferred_strategy() if requested == "auto" else None
     if preferred is not None:
         choice = PlanChoice(preferred[0], preferred[1], "state")
@@ -668,7 +668,7 @@ def _strategy(
         choice = choose_plan(
             requested, learned, unknown=unknown, change_ratio_limit=recompute_change_ratio(kind.spark)
         )
-    _record_plan(kind, refresh, choice.chosen, learned, time.monotonic(), choice.basis)
+    _record_plan(refresh, choice.chosen, learned, time.monotonic(), choice.basis, cluster)
     strategy: dict[str, Any] = {
         "requested": requested,
         "chosen": choice.chosen,
@@ -680,12 +680,12 @@ def _strategy(
 
 
 def _record_plan(
-    kind: KindRefresh,
     refresh: RefreshContext,
     chosen: str,
     learned: LearnedEstimate | None,
     at: float,
     basis: str,
+    cluster: str,
 ) -> None:
     """Have the refresh's commit record the plan that runs from ``at`` (a ``time.monotonic()``), what
     chose it, both estimates and what it reads, for the next refresh's estimate
@@ -694,7 +694,7 @@ def _record_plan(
         chosen,
         at - refresh.started,
         learned.features if learned is not None else None,
-        cluster_name(kind.spark),
+        cluster,
         estimate=learned.estimate if learned is not None else None,
         basis=basis,
     )
