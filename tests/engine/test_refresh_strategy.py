@@ -235,6 +235,36 @@ def test_auto_reports_its_choice_and_a_forced_recompute_refuses_duplicate_keys(
     assert output_state(spark, out) == oracle(spark, result, "left")
 
 
+@pytest.mark.parametrize(
+    ("how", "table", "repeated"),
+    [
+        ("left", "orders", [{"order_id": 100, "customer_id": 1, "amount": 1.0}] * 2),  # a new key, twice
+        ("left", "orders", [{"order_id": 100, "customer_id": 9, "amount": 1.0}] * 2),  # new, unmatched
+        ("inner", "orders", [{"order_id": 100, "customer_id": 9, "amount": 1.0}] * 2),  # dropped by the join
+        ("inner", "orders", [{"order_id": 3, "customer_id": 1, "amount": 2.0}]),  # an output row's key
+        ("left", "customers", [{"customer_id": 4, "name": "twin"}]),  # a right key, with left rows
+        ("left", "customers", [{"customer_id": 8, "name": "x"}] * 2),  # a right key no left row has
+    ],
+)
+def test_a_forced_recompute_refuses_every_repeated_key(
+    spark: SparkSession, tmp_path: Path, how: str, table: str, repeated: list[dict[str, Any]]
+) -> None:
+    """A recompute finds a repeated key however it repeats (the left rows are joined without grouping
+    them when every one of them reaches the output): the error names the table, as a full rebuild's
+    does, and nothing is written."""
+    orders, customers, out = tmp_path / "orders", tmp_path / "customers", tmp_path / "out"
+    write(spark, [(i, i % 5, float(i)) for i in range(50)], ORDERS, orders)
+    write(spark, [(i, f"c{i}") for i in range(5)], CUSTOMERS, customers)
+    spec = {**_spec(tmp_path, "recompute"), "how": how}
+    assert run_spec(spec, spark=spark)["mode"] == "full"
+    version = DeltaTable.forPath(spark, str(out)).history(1).first()["version"]
+    append_rows(spark, str(tmp_path / table), repeated)
+    side = "left" if table == "orders" else "right"
+    with pytest.raises(InputDataError, match=rf"{side} table .*{table} has duplicate keys"):
+        run_spec(spec, spark=spark)
+    assert DeltaTable.forPath(spark, str(out)).history(1).first()["version"] == version
+
+
 def test_recompute_is_refused_for_an_append_only_output(spark: SparkSession, tmp_path: Path) -> None:
     from support.stream_table_joins import join_spec
 

@@ -240,3 +240,22 @@ def test_a_value_that_cannot_be_put_back_never_hides_the_refreshs_own_error(capl
         session.conf.set = set_fails  # type: ignore[method-assign]
         raise ValueError("the refresh's own error")
     assert "could not set spark.sql.adaptive.enabled back to 'true'" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("own", "limit"),
+    [(None, 10 * 2**20), ("20m", 20 * 2**20), ("1GB", 2**30), ("4096", 4096), ("-1", -1)],
+)
+def test_a_whole_table_join_broadcasts_under_the_session_s_own_bound(own: str | None, limit: int) -> None:
+    """The bound is the session's own ``autoBroadcastJoinThreshold``, also while a small refresh has
+    turned broadcasts off (-1) for its own joins."""
+    from airflow_provider_fkjoin.engine.runtime.session import broadcast_limit_bytes, small_refresh
+
+    values = {"spark.sql.adaptive.enabled": "true"}
+    if own is not None:
+        values["spark.sql.autoBroadcastJoinThreshold"] = own
+    session = FakeSession(values)
+    assert broadcast_limit_bytes(session) == limit  # type: ignore[arg-type]
+    with small_refresh(session, 10) as settings:  # type: ignore[arg-type]
+        assert settings["spark.sql.autoBroadcastJoinThreshold"] == "-1"
+        assert broadcast_limit_bytes(session) == limit  # type: ignore[arg-type]

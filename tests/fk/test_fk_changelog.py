@@ -59,8 +59,19 @@ def output_rows(spark, path: Path) -> list[dict]:
     return sorted_rows(read_rows(spark, str(path)), ["order_id"])
 
 
+#: Both plans of an incremental refresh: joining what changed, or recomputing and comparing.
+STRATEGIES = ["incremental", "recompute"]
+
+
+def assert_plan(result: dict, strategy: str) -> None:
+    """The refresh ran the plan the spec forced (no fallback to the other)."""
+    assert result["strategy"]["chosen"] == strategy, result["strategy"]
+    assert "fallback" not in result["strategy"], result["strategy"]
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
 @pytest.mark.parametrize("how", ["inner", "left"])
-def test_changelog_left_joined_to_table_right(spark, warehouse: Path, how: str) -> None:
+def test_changelog_left_joined_to_table_right(spark, warehouse: Path, how: str, strategy: str) -> None:
     orders, customers, out = warehouse / "orders_cdc", warehouse / "customers", warehouse / "out"
     order_events = [
         order(1, "c", 1, 10, 5.0),
@@ -84,6 +95,7 @@ def test_changelog_left_joined_to_table_right(spark, warehouse: Path, how: str) 
         "foreign_key": ["customer_id"],
         "how": how,
         "output": {"path": str(out)},
+        "refresh_strategy": strategy,
     }
 
     def check(result: dict) -> None:
@@ -120,6 +132,7 @@ def test_changelog_left_joined_to_table_right(spark, warehouse: Path, how: str) 
     upsert(spark, str(customers), [customer_rows[-1]], ["customer_id"])
     second = run_spec(spec, spark=spark)
     assert second["mode"] == "incremental", second
+    assert_plan(second, strategy)
     check(second)
     assert_clean_changes(spark, str(out), ["order_id"], before, second["output"]["version"])
 
@@ -132,7 +145,8 @@ def test_changelog_left_joined_to_table_right(spark, warehouse: Path, how: str) 
     check(third)
 
 
-def test_both_sides_changelogs(spark, warehouse: Path) -> None:
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_both_sides_changelogs(spark, warehouse: Path, strategy: str) -> None:
     orders, customers, out = warehouse / "orders_cdc", warehouse / "customers_cdc", warehouse / "out"
     order_events = [order(1, "c", 1, 10, 5.0), order(2, "c", 2, 20, 7.0), order(3, "c", 3, 20, 8.0)]
     customer_events = [customer(10, "r", 1, "ann"), customer(20, "r", 2, "bob")]
@@ -146,6 +160,7 @@ def test_both_sides_changelogs(spark, warehouse: Path) -> None:
         "how": "inner",
         "columns": {"amount": "l.amount", "customer": "r.name"},
         "output": {"path": str(out)},
+        "refresh_strategy": strategy,
     }
 
     def check() -> None:
@@ -172,6 +187,7 @@ def test_both_sides_changelogs(spark, warehouse: Path) -> None:
     append_rows(spark, str(customers), right_batch)
     result = run_spec(spec, spark=spark)
     assert result["mode"] == "incremental"
+    assert_plan(result, strategy)
     assert (result["rows"]["updated"], result["rows"]["deleted"]) == (2, 1), result["rows"]
     check()
     assert_clean_changes(spark, str(out), ["order_id"], before, result["output"]["version"])
@@ -185,7 +201,8 @@ def test_both_sides_changelogs(spark, warehouse: Path) -> None:
     check()
 
 
-def test_unknown_op_in_new_events_fails_before_writing(spark, warehouse: Path) -> None:
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_unknown_op_in_new_events_fails_before_writing(spark, warehouse: Path, strategy: str) -> None:
     orders, customers, out = warehouse / "orders_cdc", warehouse / "customers", warehouse / "out"
     create_table(spark, str(orders), [order(1, "c", 1, 10, 5.0)], ORDER_EVENTS)
     create_table(spark, str(customers), [{"customer_id": 10, "name": "ann"}], "customer_id long, name string")
@@ -195,6 +212,7 @@ def test_unknown_op_in_new_events_fails_before_writing(spark, warehouse: Path) -
         "right": {"path": str(customers), "key": ["customer_id"]},
         "foreign_key": ["customer_id"],
         "output": {"path": str(out)},
+        "refresh_strategy": strategy,
     }
     run_spec(spec, spark=spark)
     version = table_version(spark, str(out))

@@ -20,7 +20,12 @@ from ..core.errors import FkJoinError, InputDataError
 from ..core.planning import RebuildRequired, cdf_unavailable_reason
 from ..core.spec import quote
 from ..runtime.internals import observation_metrics
-from ..runtime.session import in_small_refresh, is_connect
+from ..runtime.session import (
+    WHOLE_TABLES_PARTITION_BYTES,
+    broadcast_limit_bytes,
+    in_small_refresh,
+    is_connect,
+)
 from .tables import LIVE_CHANGE_TYPES, DeltaHandle, key_is_null
 
 BROADCAST_LIMIT_ROWS = 2_000_000
@@ -274,6 +279,25 @@ def maybe_broadcast(frame: DataFrame, rows: int) -> DataFrame:
     return F.broadcast(frame)
 
 
+def broadcast_whole_table(frame: DataFrame, size_bytes: int | None, other_bytes: int | None) -> DataFrame:
+    """Broadcast the rows of a whole table (a recompute's or full rebuild's smaller side) when its data
+    files are within the session's own broadcast bound (:func:`..runtime.session.broadcast_limit_bytes`)
+    and smaller than the other side's, and the other side spans more than one shuffle partition
+    (:data:`..runtime.session.WHOLE_TABLES_PARTITION_BYTES`): Spark's planner would, but a small refresh
+    turns its choice off, and shuffling the big side whole costs far more than the broadcast's job (a 1M
+    x 100K recompute shuffled and sorted its 1M rows twice); a big side of one partition costs less to
+    shuffle than that job.
+
+    >>> customers = broadcast_whole_table(customers, 2_000_000, 40_000_000)  # doctest: +SKIP
+    """
+    limit = broadcast_limit_bytes(frame.sparkSession)
+    if size_bytes is None or other_bytes is None or limit < 0:
+        return frame
+    if size_bytes > limit or size_bytes > other_bytes or other_bytes <= WHOLE_TABLES_PARTITION_BYTES:
+        return frame
+    return F.broadcast(frame)
+
+
 class KeyCounts(NamedTuple):
     """What :func:`check_keys` counted: every row, and the rows with a null key (0 unless asked)."""
 
@@ -452,6 +476,10 @@ class ObservedKeys:
     version: int
     observation: Observation | None
     counts: KeyCounts | None = None
+    #: False for :func:`observed_rows` (rows not grouped by key): the action that reads them counts the
+    #: keys that repeat and sets :attr:`repeated` (None: it could not, as over Spark Connect).
+    grouped: bool = True
+    repeated: int | None = None
 
 
 def verify_observed(checks: list[ObservedKeys]) -> list[KeyCounts]:
@@ -461,6 +489,8 @@ def verify_observed(checks: list[ObservedKeys]) -> list[KeyCounts]:
         if check.counts is not None:
             continue
         found = None if check.observation is None else observation_metrics(check.observation)
+        if found is not None and not check.grouped:
+            found = None if check.repeated is None else {**found, "duplicates": check.repeated}
         if found is None or found["duplicates"]:
             unobserved.append(check)
         else:
@@ -480,3 +510,20 @@ def observed_keys(frame: DataFrame, key: list[str], table: DeltaHandle, version:
     grouped, observation = _grouped_by_key(frame, key)
     rows = grouped.where(~key_is_null(key)).select(*[quote(c) for c in frame.columns])
     return ObservedKeys(rows, frame, key, table, version, observation)
+
+
+def observed_rows(frame: DataFrame, key: list[str], table: DeltaHandle, version: int) -> ObservedKeys:
+    """``frame`` (``table``'s rows at ``version``) with a non-null key, not grouped: its rows and null keys
+    observed on the way of the action that reads it, and whether a key repeats left to that action,
+    which sets :attr:`ObservedKeys.repeated` (a recompute's comparison counts the output rows its join
+    repeats, :func:`..write.net_changes.net_changes`). Grouping a million rows by key to find a repeat
+    sorts them all; the comparison shuffles them by key anyway.
+
+    >>> orders = observed_rows(orders_rows, ["order_id"], orders_table, 7)  # doctest: +SKIP
+    """
+    null = key_is_null(key)
+    if is_connect(frame.sparkSession):
+        return ObservedKeys(frame.where(~null), frame, key, table, version, None, grouped=False)
+    observation = Observation()
+    observed = frame.observe(observation, F.count(F.lit(1)).alias("rows"), F.count_if(null).alias("nulls"))
+    return ObservedKeys(observed.where(~null), frame, key, table, version, observation, grouped=False)

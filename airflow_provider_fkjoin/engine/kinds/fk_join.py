@@ -37,11 +37,14 @@ from ..delta.changes import (
     FeedRequest,
     KeyCheck,
     KeyedRows,
+    ObservedKeys,
+    broadcast_whole_table,
     changed_keys_of,
     check_keys_of,
     feed_errors,
     maybe_broadcast,
     observed_keys,
+    observed_rows,
     one_row_per_key,
     verify_observed,
 )
@@ -331,6 +334,8 @@ class ForeignKeyJoinRefresh(KindRefresh):
     #: join reads it, and the join's columns.
     to_versions: dict[str, int]
     table_ids: dict[str, str]
+    #: Each side's data-file bytes at its pinned version (None: unknown).
+    sizes: dict[str, int | None]
     sides: dict[str, JoinInput]
     shape: FkJoinShape
     #: The result's ``warm_state`` (with ``warm_state: true`` in the spec): used, why not, built.
@@ -340,6 +345,7 @@ class ForeignKeyJoinRefresh(KindRefresh):
         spec, handles = self.spec, self.handles
         self.to_versions = {side: state.version for side, state in states.items()}
         self.table_ids = {side: state.table_id for side, state in states.items()}
+        self.sizes = {side: state.size_bytes for side, state in states.items()}
         self.sides = {side: read_input(getattr(spec, side), handles[side], states[side]) for side in SIDES}
         self.shape = resolve_shape(
             spec, handles["left"], handles["right"], self.sides["left"].rows, self.sides["right"].rows
@@ -448,16 +454,29 @@ class ForeignKeyJoinRefresh(KindRefresh):
 
     def recompute(self) -> Recomputed | None:
         """The join of both sides at their pinned versions, their keys checked as a full rebuild checks
-        them, on the way of the action that compares the join with the output (a changelog side has no
-        recompute here: its whole log is reduced either way)."""
-        if any(side.changelog is not None for side in self.sides.values()):
-            return None
+        them, on the way of the action that compares the join with the output.
+
+        A left join keeps every left row, so the comparison finds a repeated left key itself
+        (:func:`..delta.changes.observed_rows`: the left rows are not grouped by key, which would sort
+        them all); an inner join drops unmatched rows, whose keys are checked by grouping. A changelog
+        side is its log reduced to each key's latest event, one row per key, its ops checked over the
+        whole log (a job, as in a full rebuild)."""
         spec, shape, sides = self.spec, self.shape, self.sides
-        left, right = (
-            observed_keys(sides[side].rows, key, sides[side].handle, sides[side].version)
-            for side, key in (("left", shape.left_key), ("right", shape.right_key))
-        )
-        joined = _join(_with_fk(left.rows, shape), right.rows, shape, spec.how)
+        checks: dict[str, ObservedKeys] = {}
+        event_nulls: dict[str, int] = {}
+        for name, key in (("left", shape.left_key), ("right", shape.right_key)):
+            side = sides[name]
+            if side.changelog is not None:
+                event_nulls[name] = cl.check_events(side.raw, side.changelog, side.handle).null_keys
+                checks[name] = observed_rows(side.rows, key, side.handle, side.version)
+                checks[name].repeated = 0
+            elif name == "left" and spec.how == "left":
+                checks[name] = observed_rows(side.rows, key, side.handle, side.version)
+            else:
+                checks[name] = observed_keys(side.rows, key, side.handle, side.version)
+        left, right = checks["left"], checks["right"]
+        right_rows = broadcast_whole_table(right.rows, self.sizes["right"], self.sizes["left"])
+        joined = _join(_with_fk(left.rows, shape), right_rows, shape, spec.how)
 
         def rows(commit: Commit) -> dict[str, Any]:
             left_counts, right_counts = verify_observed([left, right])
@@ -465,8 +484,8 @@ class ForeignKeyJoinRefresh(KindRefresh):
                 commit.inserted,
                 commit.updated,
                 commit.deleted,
-                null_left=left_counts.null_keys,
-                null_right=right_counts.null_keys,
+                null_left=event_nulls.get("left", left_counts.null_keys),
+                null_right=event_nulls.get("right", right_counts.null_keys),
                 recomputed=left_counts.rows - left_counts.null_keys,
             )
 
@@ -480,9 +499,10 @@ class ForeignKeyJoinRefresh(KindRefresh):
             [(sides["left"], shape.left_key), (sides["right"], shape.right_key)]
         )
         phase("changes_read")
-        joined = _join(
-            _with_fk(left_df, shape), right_df.where(~key_is_null(shape.right_key)), shape, spec.how
+        right_rows = broadcast_whole_table(
+            right_df.where(~key_is_null(shape.right_key)), self.sizes["right"], self.sizes["left"]
         )
+        joined = _join(_with_fk(left_df, shape), right_rows, shape, spec.how)
         phase("merge_started")
         commit = write_full_output(output, joined, shape.left_key, shape.value_columns, request)
         rows = _rows(

@@ -798,8 +798,12 @@ def _recompute(
         recomputed.value_columns,
         keep_unchanged=False,
         null_safe=recomputed.null_safe,
+        count_repeats=any(not c.grouped and c.repeated is None for c in recomputed.checks),
     )
     try:
+        for check in recomputed.checks:
+            if not check.grouped and check.repeated is None:
+                check.repeated = net.repeats
         verify_observed(list(recomputed.checks))
         phase("merge_started")
         commit = refresh.commit_net_changes(

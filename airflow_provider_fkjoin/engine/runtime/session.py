@@ -211,6 +211,37 @@ def in_small_refresh(spark: SparkSession) -> bool:
     return shared is not None and bool(shared.settings)
 
 
+def broadcast_limit_bytes(spark: SparkSession) -> int:
+    """The session's own ``spark.sql.autoBroadcastJoinThreshold`` in bytes (-1: never), the value a small
+    refresh (:func:`small_refresh`) replaced when one runs now: the bound under which Spark's planner
+    broadcasts a table, for a join the engine plans over whole tables.
+
+    >>> broadcast_limit_bytes(spark)  # Spark's default  # doctest: +SKIP
+    10485760
+    """
+    shared = _small_refreshes.get(spark)
+    key = "spark.sql.autoBroadcastJoinThreshold"
+    if shared is not None and key in shared.replaced:
+        text = shared.replaced[key]
+    else:
+        text = spark.conf.get(key, None)
+    if not text:
+        return 10 * 1024 * 1024
+    try:
+        return _bytes_of(text)
+    except ValueError:
+        return -1
+
+
+def _bytes_of(text: str) -> int:
+    """Bytes from a Spark size setting: ``10485760``, ``10m``, ``10MB``, ``-1``."""
+    text = text.strip().lower().removesuffix("b")
+    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+    if text and text[-1] in units:
+        return int(float(text[:-1]) * units[text[-1]])
+    return int(text)
+
+
 def small_refresh_settings(
     table_bytes: int | None, current: Mapping[str, str | None], *, whole_tables: bool = False
 ) -> dict[str, str]:

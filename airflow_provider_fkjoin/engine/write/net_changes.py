@@ -39,7 +39,7 @@ from functools import reduce
 from typing import Any
 
 from pyspark import StorageLevel
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, Observation
 from pyspark.sql import functions as F
 
 from ..core.errors import ConcurrentRefreshError, FkJoinError
@@ -51,6 +51,8 @@ from ..delta.changes import maybe_broadcast
 from ..delta.tables import ROW_POSITION_COLUMNS, DeltaHandle, values_equal
 from ..runtime import engine_procedure, internals
 from ..runtime.commit_settings import metadata_settings, session_settings, without_commit_metadata
+from ..runtime.internals import observation_metrics
+from ..runtime.session import is_connect
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +95,8 @@ class NetChanges:
     #: For an output that does not store its key: computes the key columns on the output's rows (which
     #: carry ``_fkjoin_file`` and ``_fkjoin_row``), e.g. a keyless output's row hash and copy number.
     derive_key: Callable[[DataFrame], DataFrame] | None = None
+    #: With ``count_repeats``: how many rows of ``new`` repeated a key (None: not counted).
+    repeats: int | None = None
 
     @property
     def total(self) -> int:
@@ -110,6 +114,7 @@ def net_changes(
     *,
     keep_unchanged: bool = True,
     null_safe: bool = False,
+    count_repeats: bool = False,
 ) -> NetChanges:
     """Classify each key of ``old`` (previous output rows) and ``new`` (its rows after this refresh).
 
@@ -122,20 +127,27 @@ def net_changes(
     When ``old`` is the output itself read with its rows' positions (:data:`ROW_POSITION_COLUMNS`, a
     recompute's comparison), the frame keeps them: :func:`changed_positions` then hands the commit the
     rows to replace, and the output is read once.
+
+    ``count_repeats``: ``new`` was not grouped by key (:func:`..delta.changes.observed_rows`), so the
+    same action counts its repeated keys (:attr:`NetChanges.repeats`): the output rows the join
+    repeats (observed) and the inserted keys that repeat (counted with the changes).
     """
     types = {f.name: f.dataType for f in new.schema.fields}
     positions = [c for c in ROW_POSITION_COLUMNS if c in old.columns]
-    o = (
-        old.select(*[quote(c) for c in key + value_columns + positions])
-        .withColumn(_OLD, F.lit(True))
-        .alias("o")
-    )
+    o = old.select(*[quote(c) for c in key + value_columns + positions]).withColumn(_OLD, F.lit(True))
     n = new.select(*[quote(c) for c in key + value_columns]).withColumn(_NEW, F.lit(True)).alias("n")
+    observations = None
+    if count_repeats and not is_connect(new.sparkSession):
+        observations = (Observation(), Observation())
+        o = o.observe(observations[0], F.count(F.lit(1)).alias("rows"))
+    o = o.alias("o")
     on = _key_condition("o", "n", key, null_safe)
     # hashed, not sorted: a recompute compares whole tables, and sorting both sides is most of the cost
     joined = o.join(n.hint("shuffle_hash"), on, "full_outer")
     same = F.expr(values_equal("o", "n", [(c, types[c]) for c in value_columns]))
     had, has = F.col(f"o.{_OLD}").isNotNull(), F.col(f"n.{_NEW}").isNotNull()
+    if observations is not None:
+        joined = joined.observe(observations[1], F.count_if(had).alias("rows"))
     change = F.when(had & has & ~same, "update").when(had & ~has, "delete").when(~had & has, "insert")
     classified = joined.select(
         *[F.coalesce(F.col(f"n.{quote(c)}"), F.col(f"o.{quote(c)}")).alias(c) for c in key],
@@ -147,30 +159,47 @@ def net_changes(
     )
     if not keep_unchanged:
         classified = classified.where(F.col(CHANGE).isNotNull())
-    return counted_changes(classified, key, null_safe=null_safe)
+    changes = counted_changes(classified, key, null_safe=null_safe, count_repeats=count_repeats)
+    if count_repeats:
+        counted = [None if o is None else observation_metrics(o) for o in observations or (None, None)]
+        if changes.repeats is not None and None not in counted:
+            scanned, joined_rows = (int(found["rows"] or 0) for found in counted)  # type: ignore[index]
+            changes.repeats += joined_rows - scanned
+        else:
+            changes.repeats = None
+    return changes
 
 
 def changed_positions(changes: NetChanges, key: list[str]) -> DataFrame:
-    """Where the output holds the rows ``changes`` replaces or deletes (key, :data:`ROW_POSITION_COLUMNS`),
-    from a frame :func:`net_changes` built over the output read with its positions: the commit's
-    ``positions``, so it need not read the output's keys again."""
+    """Where the output holds the rows ``changes`` replaces or deletes, from a frame :func:`net_changes`
+    built over the output read with its positions: the commit's ``positions``, already in the form the
+    commit locates keys in (:func:`_located`), so it neither reads the output's keys again nor joins
+    the changes with themselves."""
     file, row = ROW_POSITION_COLUMNS
-    return changes.frame.where(F.col(file).isNotNull()).select(*[quote(c) for c in key], file, row)
+    return changes.frame.where(F.col(file).isNotNull()).select(*key_hashes(key), file, row, CHANGE, EXPECTED)
 
 
-def counted_changes(classified: DataFrame, key: list[str], *, null_safe: bool = False) -> NetChanges:
+def counted_changes(
+    classified: DataFrame, key: list[str], *, null_safe: bool = False, count_repeats: bool = False
+) -> NetChanges:
     """Net changes from a frame already classified as :func:`net_changes` classifies (key, post-image
     values, ``_fkjoin_pre_`` values, ``_fkjoin_change``, ``_fkjoin_expected``): cached, with one job
-    counting each kind of change and taking the key proof (:class:`KeyProof`)."""
+    counting each kind of change and taking the key proof (:class:`KeyProof`); with ``count_repeats``,
+    also the inserted keys that repeat (:attr:`NetChanges.repeats`)."""
     frame = classified.persist(StorageLevel.MEMORY_AND_DISK)
     with_hashes = frame.select(*key_hashes(key), F.col(CHANGE), F.col(EXPECTED))
     expected = F.col(EXPECTED) == 1
+    inserted = F.col(CHANGE) == "insert"
+    distinct_inserts = [
+        F.count_distinct(F.when(inserted, F.struct(*[quote(c) for c in key]))).alias("distinct_inserts")
+    ]
     try:
         totals = with_hashes.agg(
             *[F.count_if(F.col(CHANGE) == kind).alias(kind) for kind in ("insert", "update", "delete")],
             F.count(F.lit(1)).alias("keys"),
             F.count_if(expected).alias("expected"),
             *[F.sum(F.when(expected, F.col(h))).alias(h) for h in HASHES],
+            *(distinct_inserts if count_repeats else []),
         ).first()
     except BaseException:
         frame.unpersist()
@@ -183,6 +212,7 @@ def counted_changes(classified: DataFrame, key: list[str], *, null_safe: bool = 
         int(totals["keys"]),
         KeyProof(int(totals["expected"]), *[totals[h] or 0 for h in HASHES]),
         null_safe=null_safe,
+        repeats=int(totals["insert"]) - int(totals["distinct_inserts"]) if count_repeats else None,
     )
 
 
@@ -321,6 +351,8 @@ def _located(live: DataFrame, changes: NetChanges, key: list[str]) -> DataFrame:
     """The affected keys located in the output's key columns (key hashes, ``_fkjoin_file``,
     ``_fkjoin_row``, change, expected rows): the JVM side writes deletion vectors from it and checks
     the proof (:class:`KeyProof`) on the same pass."""
+    if CHANGE in live.columns:  # already located (changed_positions)
+        return live
     wanted = changes.frame.select(*key_hashes(key), CHANGE, EXPECTED)
     rows = live.select(*[quote(c) for c in key], "_fkjoin_file", "_fkjoin_row")
     if not changes.null_safe:
