@@ -1,6 +1,7 @@
 """Property: for any sequence of CDC events, bootstraps and stream appends,
 
-* the global table equals the source's latest state per key at its checkpoint, and
+* the global table equals the source's latest state per key at its checkpoint, whichever plan
+  (``refresh_strategy``) each catch-up draws, and
 * the stream join's output equals each stream record joined with the table version of its refresh
 
 (the global table as of its last bootstrap, since the join pins the table when it starts). The
@@ -19,6 +20,8 @@ from hypothesis import strategies as st
 from airflow_provider_fkjoin.engine import run_spec
 
 KEYS = st.integers(min_value=0, max_value=3)
+#: Each catch-up of the global table draws its plan: every plan must give the same table.
+STRATEGIES = ["auto", "incremental", "recompute"]
 EVENT = st.tuples(KEYS, st.sampled_from(["c", "u", "d", "r"]), st.integers(min_value=0, max_value=9))
 STEP = st.fixed_dictionaries(
     {
@@ -77,7 +80,11 @@ def test_global_table_and_lookup_join_match_oracle(spark, steps, how, data, adap
                 append_rows(spark, cdc, batch)
                 events += batch
             if step["bootstrap"] or index == 0:
-                result = run_spec(boot, spark=spark)
+                strategy = data.draw(st.sampled_from(STRATEGIES), label="refresh_strategy")
+                result = run_spec({**boot, "refresh_strategy": strategy}, spark=spark)
+                if result["mode"] == "incremental" and strategy != "auto":
+                    assert result["strategy"]["chosen"] == strategy, result["strategy"]
+                    assert "fallback" not in result["strategy"], result["strategy"]
                 assert result["caught_up"] and result["checkpoint"] == result["high_watermark"]
                 table_at_checkpoint = latest_state(events)
                 got = {r["id"]: r["name"] for r in read_rows(spark, glob)}

@@ -27,6 +27,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
+from ..core.cost_history import PlanChoice
 from ..core.errors import SpecError
 from ..core.planning import InputState, RefreshPlan
 from ..core.spec import ForeignKeyJoinSpec, SourceRef, quote
@@ -373,10 +374,14 @@ class ForeignKeyJoinRefresh(KindRefresh):
         """Whether the spec keeps a warm state (``warm_state: true``)."""
         return bool(getattr(self.spec, "warm_state", False))
 
-    def preferred_strategy(self) -> tuple[str, str] | None:
+    def preferred_strategy(self) -> PlanChoice | None:
         if not self.warm:
             return None
-        return "incremental", "warm_state: true in the spec: the incremental plan looks up what it would scan"
+        return PlanChoice(
+            "incremental",
+            "warm_state: true in the spec: the incremental plan looks up what it would scan",
+            "state",
+        )
 
     def result_fields(
         self, refresh: RefreshContext, plan: RefreshPlan, output_version: int

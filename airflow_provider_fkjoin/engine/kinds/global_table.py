@@ -29,6 +29,7 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from ..core.cost_history import PlanChoice
 from ..core.planning import InputState, RefreshPlan
 from ..core.spec import GlobalTableBootstrapSpec, SourceRef, quote
 from ..core.trace import phase
@@ -152,13 +153,30 @@ class GlobalTableRefresh(KindRefresh):
         request = refresh.request("full", plan.reason)
         return Written(*self._full(request))
 
+    def preferred_strategy(self) -> PlanChoice | None:
+        if self.shape.changelog is None:
+            return None
+        return PlanChoice(
+            "incremental",
+            "a changelog source's catch-up reads only the events appended since the checkpoint, while a "
+            "recompute reduces the whole log (refresh_strategy: recompute forces it)",
+            "kind",
+        )
+
     def recompute(self) -> Recomputed | None:
         """A keyed source at its pinned version, its keys checked as a bootstrap checks them on the way of
-        the action that compares it with the output (a changelog source has none: its catch-up reads only
-        the appended events, and a recompute would reduce the whole log)."""
+        the action that compares it with the output. A changelog source is its whole log reduced to each
+        key's latest event, its ops checked (a job), as a bootstrap reduces it: the incremental catch-up
+        reads only the appended events, so ``auto`` recomputes only when much of the log is new."""
         shape = self.shape
         if shape.changelog is not None:
-            return None
+            stats = cl.check_events(self.source_df, shape.changelog, self.source)
+            latest = cl.latest_state(self.source_df, shape.changelog, keep_order=True)
+
+            def reduced(commit: Commit) -> dict[str, Any]:
+                return _rows(commit, null_keys=stats.null_keys, null_orders=stats.null_orders)
+
+            return Recomputed(latest, list(shape.key), list(shape.value_columns), reduced)
         checked = observed_keys(self.source_df, shape.key, self.source, self.high_watermark)
 
         def rows(commit: Commit) -> dict[str, Any]:

@@ -451,10 +451,10 @@ class KindRefresh(ABC):
         Only keyed kinds, whose output is the join's rows by key, override it."""
         return None
 
-    def preferred_strategy(self) -> tuple[str, str] | None:
-        """The strategy this refresh takes under ``refresh_strategy: auto`` whatever the cost estimate
-        says, and why (a warm state makes the incremental plan's scans lookups); None: the estimate
-        decides."""
+    def preferred_strategy(self) -> PlanChoice | None:
+        """The plan this refresh takes under ``refresh_strategy: auto`` whatever the cost estimate says,
+        why, and its ``basis`` (``state``: a warm state makes the incremental plan's scans lookups;
+        ``kind``: the kind's own reason); None: the estimate decides."""
         return None
 
     def warm_bytes(self, refresh: RefreshContext, plan: RefreshPlan) -> int | None:
@@ -663,7 +663,7 @@ def _strategy(
         learned = learned_estimate(features, cost_model(kind.spark), list(refresh.log.costs), cluster)
     preferred = kind.preferred_strategy() if requested == "auto" else None
     if preferred is not None:
-        choice = PlanChoice(preferred[0], preferred[1], "state")
+        choice = preferred
     else:
         choice = choose_plan(
             requested, learned, unknown=unknown, change_ratio_limit=recompute_change_ratio(kind.spark)
