@@ -477,7 +477,7 @@ class ObservedKeys:
     observation: Observation | None
     counts: KeyCounts | None = None
     #: False for :func:`observed_rows` (rows not grouped by key): the action that reads them counts the
-    #: keys that repeat and sets :attr:`repeated` (None: it could not, as over Spark Connect).
+    #: keys that repeat and sets :attr:`ObservedKeys.repeated` (None: it could not, as over Spark Connect).
     grouped: bool = True
     repeated: int | None = None
 
