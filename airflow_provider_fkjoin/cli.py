@@ -250,8 +250,12 @@ def _cmd_run(args: argparse.Namespace) -> dict[str, Any]:
 
     spec = load_spec(_spec_arg(args))
     origin = _origin_arg(args.origin)
+    spark = _spark(args)
+    if getattr(spec, "warm_state", False):
+        # this process ends after the refresh: its join state is kept only if its durable copy is written
+        spark.conf.set("spark.fkjoin.state.settle", "true")
     return run_spec(
-        spec, spark=_spark(args), full_refresh=args.full_refresh, write_path=args.write_path, origin=origin
+        spec, spark=spark, full_refresh=args.full_refresh, write_path=args.write_path, origin=origin
     )
 
 

@@ -35,6 +35,7 @@ from bench.common import (
     delta_history,
     delta_path_sql,
     json_out,
+    jvm_pid,
     median,
     same_table,
     write_report,
@@ -335,7 +336,7 @@ def main(argv: list[str] | None = None) -> int:
         results_verified.append(
             same_table(spark, paths("engine refresh")["out"], paths("full recompute")["out"])
         )
-    report_heap = warm_state_heap(spark, paths("engine refresh")["out"], results["engine refresh"])
+    report_memory = warm_state_memory(spark, paths("engine refresh")["out"], results["engine refresh"])
     report = {
         "command": command_line("bench.floor"),
         "left_rows": args.left_rows,
@@ -350,39 +351,48 @@ def main(argv: list[str] | None = None) -> int:
         "runs": results,
         "engine_equals_recompute": results_verified,
     }
-    if args.warm_state and report_heap is not None:
-        report["warm_state_heap"] = report_heap
+    if args.warm_state and report_memory is not None:
+        report["warm_state_memory"] = report_memory
     write_report(report, args.json_out)
     return 0
 
 
-def warm_state_heap(spark, out: str, runs: list[dict]) -> dict | None:
-    """The driver heap the output's warm state takes: used heap after a full GC with the state, less the
-    same after dropping it (a classic session only: a Connect client cannot reach the server's JVM)."""
+def warm_state_memory(spark, out: str, runs: list[dict]) -> dict | None:
+    """What the output's warm state holds and takes: its rows, the native memory of the JVM's state cache
+    (RocksDB's, bounded by ``spark.fkjoin.state.memoryBytes``) and the state's local disk, from the last
+    refresh it served; and, in a classic session, the driver's heap after a full GC and its process RSS
+    (a Connect client cannot reach the server's JVM)."""
     from airflow_provider_fkjoin.engine import is_connect
-    from airflow_provider_fkjoin.engine.core.spec import TableRef
-    from airflow_provider_fkjoin.engine.delta.tables import DeltaHandle
-    from airflow_provider_fkjoin.engine.delta.warm_state import WarmState
 
-    held = [r["warm_state"]["lookup"]["held_rows"] for r in runs if (r.get("warm_state") or {}).get("used")]
-    if not held or is_connect(spark):
+    served = [r["warm_state"]["lookup"] for r in runs if (r.get("warm_state") or {}).get("used")]
+    if not served:
         return None
-    jvm = spark.sparkContext._jvm
-
-    def used() -> int:
-        runtime = jvm.java.lang.Runtime.getRuntime()
-        for _ in range(3):
-            jvm.java.lang.System.gc()
-        return int(runtime.totalMemory() - runtime.freeMemory())
-
-    with_state = used()
-    WarmState(spark, DeltaHandle(spark, TableRef(path=out), "output")).drop()
-    state_bytes = with_state - used()
-    return {
-        "bytes": state_bytes,
-        "held_rows": held[-1],
-        "bytes_per_row": round(state_bytes / held[-1], 1),
+    lookup = served[-1]
+    held = int(lookup["held_rows"])
+    report: dict = {
+        "held_rows": held,
+        "native_bytes": lookup.get("memory_bytes"),
+        "budget_bytes": lookup.get("budget_bytes"),
+        "disk_bytes": lookup.get("disk_bytes"),
     }
+    if lookup.get("memory_bytes") is not None and held:
+        report["native_bytes_per_row"] = round(int(lookup["memory_bytes"]) / held, 1)
+    if is_connect(spark):
+        return report
+    jvm = spark.sparkContext._jvm
+    runtime = jvm.java.lang.Runtime.getRuntime()
+    for _ in range(3):
+        jvm.java.lang.System.gc()
+    report["heap_used_bytes"] = int(runtime.totalMemory() - runtime.freeMemory())
+    report["heap_max_bytes"] = int(runtime.maxMemory())
+    pid = jvm_pid(spark)
+    if pid is not None:
+        status = Path(f"/proc/{pid}/status").read_text().splitlines()
+        rss = next((line.split()[1] for line in status if line.startswith("VmRSS:")), None)
+        report["jvm_rss_bytes"] = int(rss) * 1024 if rss else None
+    gcs = jvm.java.lang.management.ManagementFactory.getGarbageCollectorMXBeans()
+    report["gc_s"] = round(sum(int(bean.getCollectionTime()) for bean in gcs) / 1000, 1)
+    return report
 
 
 if __name__ == "__main__":

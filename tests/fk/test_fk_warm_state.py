@@ -7,6 +7,7 @@ The oracle is the join recomputed in Python from the inputs at each result's pin
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -97,14 +98,33 @@ def test_warm_refreshes_equal_the_join(spark, tmp_path: Path, how: str) -> None:
 
 
 def test_a_lost_state_is_built_again(spark, tmp_path: Path) -> None:
-    """A JVM without the state (a restarted server) runs the usual plan, then holds the state again; a
-    state over its row bound is not built, and the next refresh says why."""
+    """A JVM without the state (a restarted server) loads its durable copy from beside the output (a
+    VACUUM keeps it); without that copy too it runs the usual plan, then holds the state again; a
+    state whose disk runs short of the reserve is not built, and the next refresh says why; a size
+    setting that is not a size is refused with the setting's name."""
     spec, orders_path, customers_path, out = orders_customers(
         spark, tmp_path, [(1, 10, 1.0), (2, 20, 2.0)], [(10, "a"), (20, "b")], "left"
     )
     spec["warm_state"] = True
     _refresh_and_check(spark, spec, out, "left")
-    WarmState(spark, DeltaHandle(spark, TableRef(path=str(out)), "output")).drop()
+    warm_state = WarmState(spark, DeltaHandle(spark, TableRef(path=str(out)), "output"))
+    warm_state.settle()
+    # a JVM that lost the state (a restart) loads its durable copy, which a VACUUM leaves alone
+    spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
+    try:
+        spark.sql(f"VACUUM delta.`{out}` RETAIN 0 HOURS").collect()
+    finally:
+        spark.conf.unset("spark.databricks.delta.retentionDurationCheck.enabled")
+    warm_state.drop()
+    upsert(spark, str(orders_path), [_order(2, 10, 2.5)], ORDER_KEY)
+    loaded = _refresh_and_check(spark, spec, out, "left")["warm_state"]
+    assert loaded["used"] and loaded["advanced"], loaded
+    assert loaded["loaded_in_s"] >= 0 and loaded["durable"]["loaded"]["loaded_bytes"] > 0, loaded
+
+    # without the durable copy too, the refresh scans and builds the state again
+    warm_state.settle()
+    warm_state.drop()
+    shutil.rmtree(out / "_fkjoin")
     upsert(spark, str(customers_path), [{"customer_id": 20, "name": "B"}], CUSTOMER_KEY)
     cold = _refresh_and_check(spark, spec, out, "left")
     assert not cold["warm_state"]["used"]
@@ -115,49 +135,48 @@ def test_a_lost_state_is_built_again(spark, tmp_path: Path) -> None:
     assert warm["warm_state"]["used"] and warm["warm_state"]["advanced"]
     assert warm["warm_state"]["built_in_s"] >= 0
 
-    spark.conf.set("spark.fkjoin.warmState.maxRows", "3")
+    warm_state.settle()
+    shutil.rmtree(out / "_fkjoin")
+    spark.conf.set("spark.fkjoin.state.diskReserveBytes", "1024t")
     try:
         run_spec(spec, spark, full_refresh=True)
     finally:
-        spark.conf.unset("spark.fkjoin.warmState.maxRows")
+        spark.conf.unset("spark.fkjoin.state.diskReserveBytes")
     upsert(spark, str(orders_path), [_order(4, 10, 4.0)], ORDER_KEY)
-    too_big = _refresh_and_check(spark, spec, out, "left")
-    assert not too_big["warm_state"]["used"]
-    assert "more than 3 rows (spark.fkjoin.warmState.maxRows)" in too_big["warm_state"]["reason"]
+    no_room = _refresh_and_check(spark, spec, out, "left")
+    assert not no_room["warm_state"]["used"]
+    assert "a state keeps free (spark.fkjoin.state.diskReserveBytes)" in no_room["warm_state"]["reason"]
+
+    spark.conf.set("spark.fkjoin.state.memoryBytes", "lots")
+    try:
+        refused = run_spec(spec, spark, full_refresh=True)
+    finally:
+        spark.conf.unset("spark.fkjoin.state.memoryBytes")
+    assert refused["warm_state"]["built"]["status"] == "refused", refused["warm_state"]
+    assert (
+        "spark.fkjoin.state.memoryBytes: expected a positive size" in refused["warm_state"]["built"]["reason"]
+    )
 
 
-def test_the_row_bound_holds_for_all_the_states_of_a_jvm(spark, tmp_path: Path) -> None:
-    """Two outputs whose states do not fit under the bound together: building the second drops the first
-    (used less recently); the first's next refresh says why, runs the usual plan, equals the join and
-    builds its state again, which drops the second in turn."""
+def test_the_states_of_a_jvm_share_its_memory_budget(spark, tmp_path: Path) -> None:
+    """Two outputs' states live side by side (each in its own store on local disk) and both keep serving;
+    the native memory they report together stays within the JVM's one budget."""
     worlds = []
     for name in ("a", "b"):
         spec, orders_path, _customers, out = orders_customers(
             spark, tmp_path / name, [(1, 10, 1.0), (2, 20, 2.0)], [(10, "a"), (20, "b")], "left"
         )
         spec["warm_state"] = True
+        _refresh_and_check(spark, spec, out, "left")
         worlds.append((spec, orders_path, out))
-    (spec_a, orders_a, out_a), (spec_b, orders_b, out_b) = worlds
-    spark.conf.set("spark.fkjoin.warmState.maxRows", "6")  # one state holds 4 input rows, two 8
-    try:
-        _refresh_and_check(spark, spec_a, out_a, "left")
-        upsert(spark, str(orders_a), [_order(3, 10, 3.0)], ORDER_KEY)
-        assert _refresh_and_check(spark, spec_a, out_a, "left")["warm_state"]["used"]
-        _refresh_and_check(spark, spec_b, out_b, "left")
-        upsert(spark, str(orders_b), [_order(3, 20, 3.0)], ORDER_KEY)
-        assert _refresh_and_check(spark, spec_b, out_b, "left")["warm_state"]["used"]
-
-        upsert(spark, str(orders_a), [_order(4, 20, 4.0)], ORDER_KEY)
-        dropped = _refresh_and_check(spark, spec_a, out_a, "left")
-        assert not dropped["warm_state"]["used"]
-        assert "to make room for another output's" in dropped["warm_state"]["reason"]
-        assert dropped["warm_state"]["built"]["status"] == "building"
-        upsert(spark, str(orders_a), [_order(1, 20, 5.0)], ORDER_KEY)
-        assert _refresh_and_check(spark, spec_a, out_a, "left")["warm_state"]["used"]
-        upsert(spark, str(orders_b), [_order(4, 10, 4.0)], ORDER_KEY)
-        assert not _refresh_and_check(spark, spec_b, out_b, "left")["warm_state"]["used"]
-    finally:
-        spark.conf.unset("spark.fkjoin.warmState.maxRows")
+    for step in range(3, 6):
+        for spec, orders_path, out in worlds:
+            upsert(spark, str(orders_path), [_order(step, 10 if step % 2 else 20, float(step))], ORDER_KEY)
+            warm = _refresh_and_check(spark, spec, out, "left")["warm_state"]
+            assert warm["used"] and warm["advanced"], warm
+            lookup = warm["lookup"]
+            assert 0 < lookup["memory_bytes"] <= lookup["budget_bytes"] * 1.1, lookup
+            assert lookup["disk_bytes"] > 0, lookup
 
 
 def test_a_write_the_engine_did_not_make_is_not_trusted(spark, tmp_path: Path) -> None:

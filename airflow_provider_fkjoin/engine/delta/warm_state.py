@@ -12,10 +12,12 @@ exactly those versions, and advances it after its commit from its own change fee
 wrote. Anything else (another writer, a restarted server, a refresh written by MERGE) makes the next
 refresh run its usual plan and build the state again, from one scan of each table.
 
-Why in memory, not in Delta state tables: a lookup of 1,000 changed keys spread over a table touches most
-of its files whatever the layout (sorted by key, 1,000 changed customers of 1M touch 632 of 1,000 files),
-so an index stored in Delta costs what scanning the input costs; and loading such an index into a new
-JVM costs the scan that building the state from the inputs costs. The inputs are the durable copy.
+Where it lives: in RocksDB databases on the JVM's local disk (``JoinStateStore.java``), one per output,
+whose memory is one block cache all of a JVM's states share (``StateMemory.java``,
+:data:`MEMORY_BYTES_CONF`): the JVM's heap holds a refresh's changes, not the state, and a state larger
+than the cache is read from disk. Why not in Delta state tables: a lookup of 1,000 changed keys spread
+over a table touches most of its files whatever the layout (sorted by key, 1,000 changed customers of 1M
+touch 632 of 1,000 files), so an index stored in Delta costs what scanning the input costs.
 
     >>> warm = WarmState(spark, output_handle)
     >>> warm.lookup(...)  # doctest: +SKIP
@@ -35,11 +37,30 @@ from ..runtime import engine_procedure
 from .changes import ChangedKeys
 from .tables import DeltaHandle
 
-#: The inputs' rows all the warm states of one JVM may hold together, unless
-#: ``spark.fkjoin.warmState.maxRows`` says otherwise: the JVM's heap holds them (with the output's
-#: positions, about 225 bytes a row). A build that would pass it drops the least recently used states.
-MAX_ROWS_CONF = "spark.fkjoin.warmState.maxRows"
-DEFAULT_MAX_ROWS = 50_000_000
+#: The native memory (bytes) all the warm states of one JVM share: RocksDB's block cache, with its index
+#: and filter blocks and write buffers charged to it; the rest of a state is on the JVM's local disk.
+#: Unset, the JVM takes an eighth of its maximum heap, at least 64 MiB and at most 1 GiB. The first state
+#: a JVM opens fixes it.
+MEMORY_BYTES_CONF = "spark.fkjoin.state.memoryBytes"
+
+#: The free space (bytes) a build keeps on the disk that holds the state: below it, the build stops and
+#: the next refresh says why. Unset, 512 MiB.
+DISK_RESERVE_CONF = "spark.fkjoin.state.diskReserveBytes"
+
+#: ``true`` in a process that ends after its refresh (``fkjoin run``, a spark-submit task): the refresh
+#: waits for the state's build and durable copy before it returns, so that the next process loads it.
+SETTLE_CONF = "spark.fkjoin.state.settle"
+
+#: The state's figures a lookup reports (``warm_state.lookup`` in the result).
+LOOKUP_COUNTS = (
+    "left_rows",
+    "right_rows",
+    "located",
+    "held_rows",
+    "memory_bytes",
+    "budget_bytes",
+    "disk_bytes",
+)
 
 #: The feed's inserts less deletes per key (see :func:`.changes.changed_keys_of`).
 NET = "_fkjoin_net"
@@ -67,6 +88,9 @@ class WarmLookup:
     counts: dict[str, int]
     #: How long building the state took (in the background), reported by the first lookup after it.
     built_s: float | None = None
+    #: The state's durable copy: ``loaded`` when this JVM loaded it for this lookup (how long, how many
+    #: bytes, which checkpoint), ``persisted`` the last one written, and why the last write failed.
+    durable: dict[str, Any] | None = None
 
 
 class WarmState:
@@ -95,7 +119,9 @@ class WarmState:
         changes after. No Spark job; the lookup checks again."""
         if self.available() is not None:
             return False
-        held = engine_procedure.call(self.spark, "warm_peek", state=self.name)
+        held = engine_procedure.call(
+            self.spark, "warm_peek", state=self.name, output={"id": output_id, "version": output_version}
+        )
         if held.get("status") != "held":
             return False
         output = held["output"]
@@ -149,8 +175,9 @@ class WarmState:
             left=self.spark.table(views["left"]),
             right=self.spark.table(views["right"]),
             positions=self.spark.table(views["positions"]),
-            counts={k: int(answer[k]) for k in ("left_rows", "right_rows", "located", "held_rows")},
+            counts={k: int(answer[k]) for k in LOOKUP_COUNTS if k in answer},
             built_s=int(answer["built_ms"]) / 1000 if "built_ms" in answer else None,
+            durable={k: answer[k] for k in ("loaded", "persisted", "persist_error") if k in answer} or None,
         )
 
     def advance(
@@ -178,13 +205,24 @@ class WarmState:
         foreign-key column names; ``right``: id, version, rows, key) and the output's positions at
         ``output_version``: one scan of each, on a JVM thread of its own, so the refresh that asks does
         not wait (the next one waits for it, if it is still under way). Returns the answer (``status``
-        ``building``); a build that cannot finish says why in the next refresh's ``reason``."""
+        ``building``, or ``refused`` with a ``reason`` when a size setting is not a size); a build that
+        cannot finish says why in the next refresh's ``reason``."""
         left_id, left_version, left_rows, left_key, fk = left
         right_id, right_version, right_rows, right_key = right
         positions = self.output.read_with_positions(output_version).select(
             *[quote(c) for c in left_key], "_fkjoin_file", "_fkjoin_row"
         )
-        max_rows = int(self.spark.conf.get(MAX_ROWS_CONF, None) or DEFAULT_MAX_ROWS)
+        try:
+            sizes = {
+                field: parse_bytes(value, conf)
+                for field, conf in (
+                    ("memory_bytes", MEMORY_BYTES_CONF),
+                    ("disk_reserve_bytes", DISK_RESERVE_CONF),
+                )
+                if (value := self.spark.conf.get(conf, None))
+            }
+        except ValueError as error:
+            return {"status": "refused", "reason": str(error)}
         return engine_procedure.call(
             self.spark,
             "warm_build",
@@ -207,16 +245,42 @@ class WarmState:
                 "version": output_version,
                 "view": self.views.add("warm_positions", positions),
             },
-            max_rows=max_rows,
+            **sizes,
         )
 
+    def settle(self) -> dict[str, Any]:
+        """Wait for the state's build under way and its durable copies' uploads: a process about to end
+        (``fkjoin run``) asks, so that the next JVM loads the state instead of building it."""
+        return engine_procedure.call(self.spark, "warm_settle", state=self.name)
+
     def drop(self) -> None:
-        """Forget the output's state (the next refresh builds it again)."""
+        """Forget the output's state in this JVM (the next refresh loads its durable copy when that still
+        matches, or builds it again)."""
         engine_procedure.call(self.spark, "warm_drop", state=self.name)
 
     def release(self) -> None:
         """Drop this refresh's temporary views (the state itself stays in the JVM)."""
         self.views.drop()
+
+
+def parse_bytes(value: str, setting: str) -> int:
+    """A byte count as Spark writes sizes: ``536870912``, ``512m``, ``1g`` (binary units); a bad one
+    raises a ValueError naming ``setting``.
+
+    >>> parse_bytes("512m", MEMORY_BYTES_CONF)
+    536870912
+    """
+    text = value.strip().lower().removesuffix("b")
+    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+    scale = units.get(text[-1:], 1)
+    number = text[:-1] if text[-1:] in units else text
+    try:
+        parsed = int(float(number) * scale)
+    except ValueError:
+        parsed = 0
+    if parsed <= 0:
+        raise ValueError(f"{setting}: expected a positive size such as 536870912, 512m or 1g, got {value!r}")
+    return parsed
 
 
 def net_counts(changes: ChangedKeys) -> DataFrame:

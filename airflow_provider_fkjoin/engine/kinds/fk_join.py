@@ -59,7 +59,7 @@ from ..delta.tables import (
     pinned_input,
     require_columns,
 )
-from ..delta.warm_state import SideVersions, WarmLookup, WarmState
+from ..delta.warm_state import SETTLE_CONF, SideVersions, WarmLookup, WarmState
 from ..refresh.skeleton import KindRefresh, Recomputed, RefreshContext, Written
 from ..runtime.expressions import analysed, check_expressions, schema_probe
 from ..write.merge import PRESENT, Commit, CommitRequest, write_full_output
@@ -412,9 +412,21 @@ class ForeignKeyJoinRefresh(KindRefresh):
         }
 
     def committed(self, refresh: RefreshContext, plan: RefreshPlan, commit: Commit) -> None:
-        """With a warm state that this refresh did not advance, build it at the versions just committed."""
-        if not self.warm or (self.warm_report or {}).get("advanced"):
+        """With a warm state that this refresh did not advance, build it at the versions just committed;
+        in a process about to end (:data:`SETTLE_CONF`), wait for the state's durable copy."""
+        if not self.warm:
             return
+        if not (self.warm_report or {}).get("advanced"):
+            self._build_state(plan)
+        warm = WarmState(self.spark, self.output)
+        settle = str(self.spark.conf.get(SETTLE_CONF, "false")).lower() == "true"
+        if settle and self.warm_report is not None and warm.available() is None:
+            phase("warm_state_settling")
+            answer = warm.settle()
+            self.warm_report["settled"] = {k: v for k, v in answer.items() if k != "protocol"}
+
+    def _build_state(self, plan: RefreshPlan) -> None:
+        """Ask the engine's JVM to build the state at the versions just committed (in the background)."""
         report = self.warm_report or {"used": False, "reason": f"a {plan.mode} refresh"}
         self.warm_report = report
         if any(side.changelog is not None for side in self.sides.values()):
@@ -614,6 +626,11 @@ class ForeignKeyJoinRefresh(KindRefresh):
         self.warm_report = {"used": True, "reason": None, "lookup": found.counts}
         if found.built_s is not None:
             self.warm_report["built_in_s"] = found.built_s
+        if found.durable:
+            loaded = found.durable.get("loaded")
+            if loaded:
+                self.warm_report["loaded_in_s"] = int(loaded["loaded_ms"]) / 1000
+            self.warm_report["durable"] = found.durable
         return found
 
     def _warm_advance(self, warm: WarmState, found: WarmLookup, commit: Commit, net: NetChanges) -> None:

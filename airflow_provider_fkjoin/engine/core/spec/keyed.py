@@ -118,14 +118,17 @@ class ForeignKeyJoinSpec(_KindSpec):
     warm_state: bool = Field(
         default=False,
         description=(
-            "Keep the join's state in the memory of the JVM that runs the refresh (a Spark Connect server, "
-            "a long-lived session's driver): both inputs' rows, the foreign key -> left keys index and each "
-            "output row's position. A refresh then looks up the rows a change touches instead of scanning "
-            "the left table and the output. The first refresh in a JVM, and the one after any write the "
-            "engine did not make, builds it in the background (one scan of each table); it takes about "
-            "225 bytes of heap per row; `spark.fkjoin.warmState.maxRows` (50M) bounds the inputs' rows of "
-            "all of a JVM's warm states together, the least recently used dropped first. Pays on large "
-            "tables refreshed often by a long-lived server; a task that starts its own driver gains nothing."
+            "Keep the join's state in the JVM that runs the refresh (a Spark Connect server, a long-lived "
+            "session's driver): both inputs' rows, the foreign key -> left keys index and each output row's "
+            "position, in RocksDB on the JVM's local disk. A refresh then looks up the rows a change touches "
+            "instead of scanning the left table and the output. The first refresh in a JVM, and the one "
+            "after any write the engine did not make, builds it in the background (one scan of each table). "
+            "Its memory is off the heap and bounded in bytes: all of a JVM's states share one cache of "
+            "`spark.fkjoin.state.memoryBytes` (by default an eighth of the heap, 64 MiB to 1 GiB); the rest "
+            "is read from disk, and a build stops with a reason when the disk would keep less than "
+            "`spark.fkjoin.state.diskReserveBytes` (512 MiB) free. A durable copy is kept beside the "
+            "output (`_fkjoin/state/`), so a new JVM (a restarted server, a spark-submit task) loads the "
+            "state instead of building it. Pays on large tables refreshed often."
         ),
         examples=[True],
     )

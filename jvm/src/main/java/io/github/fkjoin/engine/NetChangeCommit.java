@@ -98,10 +98,11 @@ public final class NetChangeCommit {
           Map.entry("files", Set.of("path", "version", "view", "positions")),
           Map.entry("feed_size", Set.of("tables")),
           Map.entry("abort", Set.of("token")),
-          Map.entry("warm_build", Set.of("state", "left", "right", "output", "max_rows")),
+          Map.entry("warm_build", Set.of("state", "left", "right", "output", "memory_bytes", "disk_reserve_bytes")),
           Map.entry("warm_lookup", Set.of("state", "left", "right", "output", "views")),
           Map.entry("warm_advance", Set.of("state", "token", "output", "version", "removed", "added")),
-          Map.entry("warm_peek", Set.of("state")),
+          Map.entry("warm_peek", Set.of("state", "output")),
+          Map.entry("warm_settle", Set.of("state")),
           Map.entry("warm_drop", Set.of("state")));
 
   private NetChangeCommit() {}
@@ -155,7 +156,7 @@ public final class NetChangeCommit {
       case "commit" -> commit(required(request, "token").asText(), answer);
       case "files" -> TableFiles.view(spark, request, answer);
       case "feed_size" -> TableFiles.feedSize(spark, request, answer);
-      case "warm_build", "warm_lookup", "warm_advance", "warm_peek", "warm_drop" ->
+      case "warm_build", "warm_lookup", "warm_advance", "warm_peek", "warm_settle", "warm_drop" ->
           WarmJoinState.handle(spark, action, request, answer);
       default -> {
         String token = required(request, "token").asText();

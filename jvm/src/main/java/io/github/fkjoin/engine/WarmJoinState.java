@@ -3,6 +3,7 @@ package io.github.fkjoin.engine;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import java.util.ArrayList;
+import java.io.IOException;
 import java.util.HashMap;
 import java.util.HashSet;
 import java.util.Iterator;
@@ -11,6 +12,7 @@ import java.util.List;
 import java.util.Map;
 import java.util.Set;
 import java.util.UUID;
+import org.rocksdb.RocksDBException;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.ExecutionException;
@@ -25,6 +27,7 @@ import org.apache.spark.sql.delta.actions.Action;
 import org.apache.spark.sql.delta.actions.AddFile;
 import org.apache.spark.sql.delta.actions.RemoveFile;
 import org.apache.spark.sql.delta.util.DeltaFileOperations;
+import org.apache.spark.sql.types.DataType;
 import org.apache.spark.sql.types.DataTypes;
 import org.apache.spark.sql.types.StructField;
 import org.apache.spark.sql.types.StructType;
@@ -33,8 +36,10 @@ import scala.Tuple2;
 import scala.jdk.javaapi.CollectionConverters;
 
 /**
- * A foreign-key join's warm state, held in the JVM that runs the engine (a Spark Connect server, or a
- * classic session's driver) between refreshes: Kafka Streams' state stores for KIP-213, as hash maps.
+ * A foreign-key join's warm state, held by the JVM that runs the engine (a Spark Connect server, or a
+ * classic session's driver) between refreshes: Kafka Streams' state stores for KIP-213, in RocksDB off
+ * the heap ({@link JoinStateStore}), within the native memory budget all states of the JVM share and
+ * spilling to local disk ({@link StateMemory}).
  *
  * <p>It holds, for one output, the left rows by left key with an index from foreign key to left keys
  * (KIP-213's subscription store), the right rows by right key, and each output key's data file and row
@@ -54,8 +59,6 @@ import scala.jdk.javaapi.CollectionConverters;
  * token's changes after the commit), {@code warm_peek} (the versions held) and {@code warm_drop}.
  */
 final class WarmJoinState {
-  /** Rows held at most per state unless the request says otherwise: a bound on the driver's heap. */
-  static final long DEFAULT_MAX_ROWS = 50_000_000L;
   /** A lookup whose refresh never advanced it is dropped after this long. */
   static final long PENDING_TTL_MS = 60L * 60L * 1000L;
 
@@ -63,6 +66,10 @@ final class WarmJoinState {
   private static final long ROW_BITS = 40;
   private static final long ROW_MASK = (1L << ROW_BITS) - 1;
   private static final long NO_POSITION = -1L;
+  /** A build applies its writes in batches of this many. */
+  private static final int BATCH = 16_384;
+  /** A build checks the state's free disk every this many rows. */
+  private static final long DISK_CHECK_ROWS = 1L << 20;
 
   private static final Map<String, State> STATES = new ConcurrentHashMap<>();
   private static final Map<String, Pending> PENDING = new ConcurrentHashMap<>();
@@ -72,13 +79,33 @@ final class WarmJoinState {
   private static final Map<String, String> FAILED = new ConcurrentHashMap<>();
   /** How long the last build of a state took (ms), until a lookup reports it. */
   private static final Map<String, Long> BUILT = new ConcurrentHashMap<>();
+  /** Checkpoints upload on one thread per JVM, in order. */
+  private static final java.util.concurrent.ExecutorService UPLOADS =
+      java.util.concurrent.Executors.newSingleThreadExecutor(
+          task -> {
+            Thread thread = new Thread(task, "fkjoin-state-upload");
+            thread.setDaemon(true);
+            return thread;
+          });
+  /** The last checkpoint uploaded per state, and why the last one failed. */
+  private static final Map<String, ObjectNode> PERSISTED = new ConcurrentHashMap<>();
+  private static final Map<String, String> PERSIST_FAILED = new ConcurrentHashMap<>();
+  /** How the last load of a state from its durable copy went, until a lookup reports it. */
+  private static final Map<String, ObjectNode> LOADED = new ConcurrentHashMap<>();
+  private static final Map<String, Object> LOADING = new ConcurrentHashMap<>();
+  private static final com.fasterxml.jackson.databind.ObjectMapper JSON =
+      new com.fasterxml.jackson.databind.ObjectMapper();
   /** A lookup waits this long at most for a build under way; then the refresh scans as usual. */
   static final long BUILD_WAIT_MS = 10L * 60L * 1000L;
 
   private WarmJoinState() {}
 
-  /** One output's state; every access holds its lock. */
-  private static final class State {
+  /**
+   * One output's state; every access holds its lock. Rows go in and out as {@link Row}s and are held as
+   * bytes in its {@link JoinStateStore}; the output's data files its positions name stay on the heap
+   * (one entry a file).
+   */
+  private static final class State implements AutoCloseable {
     final String outputId;
     long outputVersion;
     final String leftId;
@@ -90,16 +117,27 @@ final class WarmJoinState {
     final int[] leftKey;
     final int[] leftFk;
     final int[] rightKey;
-    /** Left key to its row and its output row's position (the output's key is the left key). */
-    final HashMap<Row, Held> left = new HashMap<>();
-    final HashMap<Row, Set<Row>> byFk = new HashMap<>();
-    final HashMap<Row, Row> right = new HashMap<>();
+    final JoinStateStore store;
+    final RowCodec leftRows;
+    final RowCodec rightRows;
+    final RowCodec leftKeys;
+    final RowCodec fkKeys;
+    final RowCodec rightKeys;
+    long leftCount;
+    long rightCount;
     /** How many left keys have an output row's position. */
     long positioned;
+    /** The output's data files by index; null where a file left the output (its positions are void). */
     final List<String> files = new ArrayList<>();
     final Map<String, Integer> fileIndex = new HashMap<>();
-    /** When a refresh last used (or a build finished) this state: the bound drops the oldest first. */
-    volatile long lastUsed = System.currentTimeMillis();
+    final Map<Integer, Long> fileRows = new HashMap<>();
+    boolean closed;
+    /** Names this state's durable copies ({@link StateCheckpoints}): a new id for each build. */
+    String stateId = UUID.randomUUID().toString();
+    /** The number of the state's last checkpoint. */
+    long checkpoint;
+    /** The table files already uploaded, local name to uploaded name (used by the upload thread only). */
+    final Map<String, String> uploaded = new HashMap<>();
 
     State(
         String outputId,
@@ -112,7 +150,10 @@ final class WarmJoinState {
         StructType rightSchema,
         int[] leftKey,
         int[] leftFk,
-        int[] rightKey) {
+        int[] rightKey,
+        long memoryBytes,
+        java.nio.file.Path existing)
+        throws IOException, RocksDBException {
       this.outputId = outputId;
       this.outputVersion = outputVersion;
       this.leftId = leftId;
@@ -124,62 +165,145 @@ final class WarmJoinState {
       this.leftKey = leftKey;
       this.leftFk = leftFk;
       this.rightKey = rightKey;
+      this.leftRows = new RowCodec(leftSchema);
+      this.rightRows = new RowCodec(rightSchema);
+      this.leftKeys = new RowCodec(fields(leftSchema, leftKey));
+      this.fkKeys = new RowCodec(fields(leftSchema, leftFk));
+      this.rightKeys = new RowCodec(fields(rightSchema, rightKey));
+      this.store = new JoinStateStore(memoryBytes, existing);
     }
 
     long rows() {
-      return left.size() + right.size() + positioned;
+      return leftCount + rightCount + positioned;
     }
 
-    /** The inputs' rows held: what {@code spark.fkjoin.warmState.maxRows} bounds. */
-    long inputRows() {
-      return left.size() + right.size();
+    Row left(Row key) throws RocksDBException {
+      byte[] found = store.left(leftKeys.encode(key));
+      return found == null ? null : leftRows.decode(found);
     }
 
-    /** Hold {@code row} for {@code key}; a key held already keeps its output row's position. */
-    void putLeft(Row key, Row row) {
-      Held held = left.get(key);
-      if (held == null) {
-        left.put(key, new Held(row));
-      } else {
-        unindex(key, held.row);
-        held.row = row;
+    Row right(Row key) throws RocksDBException {
+      byte[] found = store.right(rightKeys.encode(key));
+      return found == null ? null : rightRows.decode(found);
+    }
+
+    boolean holdsLeft(Row key) throws RocksDBException {
+      return store.left(leftKeys.encode(key)) != null;
+    }
+
+    boolean holdsRight(Row key) throws RocksDBException {
+      return store.right(rightKeys.encode(key)) != null;
+    }
+
+    /** The left keys whose rows reference the right key {@code key} (KIP-213's subscriptions). */
+    List<Row> subscribers(Row key) {
+      List<Row> keys = new ArrayList<>();
+      for (byte[] found : store.subscribers(rightKeys.encode(key))) {
+        keys.add(leftKeys.decode(found));
       }
+      return keys;
+    }
+
+    /** A build's left row (the key not held yet). */
+    void loadLeft(Row key, Row row) throws RocksDBException {
+      Row fk = project(row, leftFk);
+      store.loadLeft(leftKeys.encode(key), leftRows.encode(row), fk == null ? null : fkKeys.encode(fk));
+      leftCount++;
+    }
+
+    /** A build's right row (the key not held yet). */
+    void loadRight(Row key, Row row) throws RocksDBException {
+      store.loadRight(rightKeys.encode(key), rightRows.encode(row));
+      rightCount++;
+    }
+
+    /** A build's output position (the key's left row loaded, the key placed once). */
+    void loadPosition(Row key, String file, long row) throws RocksDBException {
+      Integer index = fileIndex.get(file);
+      if (index == null) {
+        index = files.size();
+        files.add(file);
+        fileIndex.put(file, index);
+      }
+      store.loadPosition(leftKeys.encode(key), ((long) index << ROW_BITS) | (row & ROW_MASK));
+      fileRows.merge(index, 1L, Long::sum);
+      positioned++;
+    }
+
+    /** Hold {@code row} for {@code key} (a key held already keeps its output row's position); whether
+     * the key is new. */
+    boolean putLeft(Row key, Row row) throws RocksDBException {
+      byte[] encoded = leftKeys.encode(key);
+      byte[] old = store.left(encoded);
+      if (old == null) {
+        leftCount++;
+      } else {
+        unindex(encoded, leftRows.decode(old));
+      }
+      store.putLeft(encoded, leftRows.encode(row));
       Row fk = project(row, leftFk);
       if (fk != null) {
-        byFk.computeIfAbsent(fk, ignored -> new HashSet<>(2)).add(key);
+        store.subscribe(fkKeys.encode(fk), encoded);
       }
+      return old == null;
     }
 
-    void removeLeft(Row key) {
-      Held old = left.remove(key);
+    void removeLeft(Row key) throws RocksDBException {
+      byte[] encoded = leftKeys.encode(key);
+      byte[] old = store.left(encoded);
       if (old == null) {
         return;
       }
-      if (old.position != NO_POSITION) {
-        positioned--;
-      }
-      unindex(key, old.row);
+      leftCount--;
+      clearPosition(encoded);
+      unindex(encoded, leftRows.decode(old));
+      store.deleteLeft(encoded);
     }
 
-    private void unindex(Row key, Row row) {
+    private void unindex(byte[] key, Row row) throws RocksDBException {
       Row fk = project(row, leftFk);
-      Set<Row> keys = fk == null ? null : byFk.get(fk);
-      if (keys != null) {
-        keys.remove(key);
-        if (keys.isEmpty()) {
-          byFk.remove(fk);
-        }
+      if (fk != null) {
+        store.unsubscribe(fkKeys.encode(fk), key);
       }
+    }
+
+    /** Hold {@code row} for the right key {@code key}; whether the key is new. */
+    boolean putRight(Row key, Row row) throws RocksDBException {
+      byte[] encoded = rightKeys.encode(key);
+      boolean added = store.right(encoded) == null;
+      if (added) {
+        rightCount++;
+      }
+      store.putRight(encoded, rightRows.encode(row));
+      return added;
+    }
+
+    void removeRight(Row key) throws RocksDBException {
+      byte[] encoded = rightKeys.encode(key);
+      if (store.right(encoded) != null) {
+        rightCount--;
+        store.deleteRight(encoded);
+      }
+    }
+
+    /** The output row's position of a left key (file index and row index), or {@link #NO_POSITION}. */
+    long position(byte[] key) throws RocksDBException {
+      long at = store.position(key);
+      return at == NO_POSITION || files.get((int) (at >>> ROW_BITS)) == null ? NO_POSITION : at;
+    }
+
+    long position(Row key) throws RocksDBException {
+      return position(leftKeys.encode(key));
     }
 
     /** Place the output row of {@code key}; why not (the output holds the key twice, or a key the left
      * table does not), or null. */
-    String putPosition(Row key, String file, long row) {
-      Held held = key == null ? null : left.get(key);
-      if (held == null) {
+    String putPosition(Row key, String file, long row) throws RocksDBException {
+      byte[] encoded = key == null ? null : leftKeys.encode(key);
+      if (encoded == null || store.left(encoded) == null) {
         return "the output holds a key the left table does not (or a null key)";
       }
-      if (held.position != NO_POSITION) {
+      if (position(encoded) != NO_POSITION) {
         return "the output holds a key twice";
       }
       Integer index = fileIndex.get(file);
@@ -188,30 +312,248 @@ final class WarmJoinState {
         files.add(file);
         fileIndex.put(file, index);
       }
-      held.position = ((long) index << ROW_BITS) | (row & ROW_MASK);
+      store.putPosition(encoded, ((long) index << ROW_BITS) | (row & ROW_MASK));
+      fileRows.merge(index, 1L, Long::sum);
       positioned++;
       return null;
     }
 
     /** Forget the output row's position of {@code key} (its row was replaced or deleted). */
-    void clearPosition(Row key) {
-      Held held = left.get(key);
-      if (held != null && held.position != NO_POSITION) {
-        held.position = NO_POSITION;
+    void clearPosition(Row key) throws RocksDBException {
+      clearPosition(leftKeys.encode(key));
+    }
+
+    private void clearPosition(byte[] key) throws RocksDBException {
+      long at = position(key);
+      if (at != NO_POSITION) {
+        fileRows.merge((int) (at >>> ROW_BITS), -1L, Long::sum);
+        store.deletePosition(key);
         positioned--;
+      }
+    }
+
+    /** The data file {@code path} left the output: the positions in it are void. */
+    void dropFile(String path) {
+      Integer index = fileIndex.remove(path);
+      if (index != null) {
+        files.set(index, null);
+        Long rows = fileRows.remove(index);
+        positioned -= rows == null ? 0 : rows;
+      }
+    }
+
+    /** The state's figures: rows held, and the bytes of native memory (all states') and of disk. */
+    void report(ObjectNode answer) {
+      answer
+          .put("held_rows", rows())
+          .put("memory_bytes", StateMemory.usedBytes())
+          .put("budget_bytes", StateMemory.budget())
+          .put("disk_bytes", store.diskBytes());
+    }
+
+    @Override
+    public void close() {
+      if (!closed) {
+        closed = true;
+        store.close();
       }
     }
   }
 
-  /** A left row and where its output row is: a file index and row index packed in one long. */
-  private static final class Held {
-    Row row;
-    long position = NO_POSITION;
+  /** What a checkpoint of {@code state} describes: {@link StateCheckpoints}' manifest, without its files. */
+  private static ObjectNode manifest(State state) {
+    ObjectNode manifest = JSON.createObjectNode();
+    manifest.put("format", 1).put("state_id", state.stateId).put("checkpoint", state.checkpoint);
+    manifest.put("output_id", state.outputId).put("output_version", state.outputVersion);
+    manifest.put("left_id", state.leftId).put("left_version", state.leftVersion);
+    manifest.put("right_id", state.rightId).put("right_version", state.rightVersion);
+    manifest.put("left_schema", state.leftSchema.json()).put("right_schema", state.rightSchema.json());
+    for (String field : new String[] {"left_key", "left_fk", "right_key"}) {
+      int[] indices = field.equals("left_key") ? state.leftKey : field.equals("left_fk") ? state.leftFk : state.rightKey;
+      var array = manifest.putArray(field);
+      for (int index : indices) {
+        array.add(index);
+      }
+    }
+    manifest.put("left_rows", state.leftCount).put("right_rows", state.rightCount);
+    var files = manifest.putArray("positions");
+    for (int i = 0; i < state.files.size(); i++) {
+      String file = state.files.get(i);
+      Long rows = state.fileRows.get(i);
+      files.addObject().put("path", file).put("rows", file == null || rows == null ? 0 : rows);
+    }
+    return manifest;
+  }
 
-    Held(Row row) {
-      this.row = row;
+  /**
+   * Write {@code state} out as its next checkpoint: a consistent local copy now (under the state's lock,
+   * hard links), uploaded under the output by the JVM's one upload thread; {@code wait} blocks until the
+   * upload is done. A failed upload is reported by the next lookup; the state itself stays usable.
+   */
+  private static void persist(SparkSession spark, String name, State state, boolean wait) {
+    java.nio.file.Path local;
+    ObjectNode manifest;
+    synchronized (state) {
+      if (state.closed) {
+        return;
+      }
+      state.checkpoint++;
+      local = state.store.dir().resolveSibling(state.store.dir().getFileName() + ".c" + state.checkpoint);
+      try {
+        state.store.checkpoint(local);
+      } catch (RocksDBException error) {
+        PERSIST_FAILED.put(name, "the state's checkpoint failed: " + error.getMessage());
+        return;
+      }
+      manifest = manifest(state);
+    }
+    var conf = spark.sessionState().newHadoopConf();
+    java.util.concurrent.Future<?> upload =
+        UPLOADS.submit(
+            () -> {
+              long started = System.currentTimeMillis();
+              try {
+                long bytes = StateCheckpoints.save(conf, name, local.toFile(), manifest, state.uploaded);
+                PERSISTED.put(name, JSON.createObjectNode()
+                    .put("checkpoint", manifest.path("checkpoint").asLong())
+                    .put("output_version", manifest.path("output_version").asLong())
+                    .put("uploaded_bytes", bytes)
+                    .put("upload_ms", System.currentTimeMillis() - started));
+                PERSIST_FAILED.remove(name);
+              } catch (Throwable error) {
+                PERSIST_FAILED.put(name, "uploading the state's checkpoint failed: " + error);
+              } finally {
+                StateMemory.delete(local);
+              }
+            });
+    if (wait) {
+      awaitQuietly(upload);
     }
   }
+
+  private static void awaitQuietly(java.util.concurrent.Future<?> pending) {
+    boolean interrupted = false;
+    while (true) {
+      try {
+        pending.get();
+        break;
+      } catch (InterruptedException error) {
+        interrupted = true;
+      } catch (ExecutionException error) {
+        break;
+      }
+    }
+    if (interrupted) {
+      Thread.currentThread().interrupt();
+    }
+  }
+
+  /**
+   * The state of output {@code name} loaded from its newest durable checkpoint that {@code usable}
+   * accepts, into this JVM; null when there is none (or it could not be loaded: the reason is kept for
+   * the lookup to report).
+   */
+  private static State load(SparkSession spark, String name, java.util.function.Predicate<JsonNode> usable) {
+    long started = System.currentTimeMillis();
+    var conf = spark.sessionState().newHadoopConf();
+    java.nio.file.Path dir = null;
+    try {
+      JsonNode manifest = StateCheckpoints.find(conf, name, usable);
+      if (manifest == null) {
+        return null;
+      }
+      dir = StateMemory.newStateDir();
+      long bytes = StateCheckpoints.download(conf, name, manifest, dir.toFile());
+      State state =
+          new State(
+              manifest.path("output_id").asText(),
+              manifest.path("output_version").asLong(),
+              manifest.path("left_id").asText(),
+              manifest.path("left_version").asLong(),
+              manifest.path("right_id").asText(),
+              manifest.path("right_version").asLong(),
+              (StructType) DataType.fromJson(manifest.path("left_schema").asText()),
+              (StructType) DataType.fromJson(manifest.path("right_schema").asText()),
+              ints(manifest.path("left_key")),
+              ints(manifest.path("left_fk")),
+              ints(manifest.path("right_key")),
+              0,
+              dir);
+      state.stateId = manifest.path("state_id").asText();
+      state.checkpoint = manifest.path("checkpoint").asLong();
+      for (JsonNode table : manifest.path("sst")) {
+        state.uploaded.put(table.path("name").asText(), table.path("remote").asText());
+      }
+      state.leftCount = manifest.path("left_rows").asLong();
+      state.rightCount = manifest.path("right_rows").asLong();
+      for (JsonNode file : manifest.path("positions")) {
+        String path = file.path("path").isNull() ? null : file.path("path").asText();
+        int index = state.files.size();
+        state.files.add(path);
+        if (path != null) {
+          state.fileIndex.put(path, index);
+          state.fileRows.put(index, file.path("rows").asLong());
+          state.positioned += file.path("rows").asLong();
+        }
+      }
+      LOADED.put(name, JSON.createObjectNode()
+          .put("loaded_ms", System.currentTimeMillis() - started)
+          .put("loaded_bytes", bytes)
+          .put("checkpoint", state.checkpoint)
+          .put("output_version", state.outputVersion));
+      return state;
+    } catch (IOException | RocksDBException | RuntimeException error) {
+      FAILED.put(name, "the state's durable copy could not be loaded (" + error.getMessage() + ")");
+      if (dir != null) {
+        StateMemory.delete(dir);
+      }
+      return null;
+    }
+  }
+
+  /** The state held for {@code name}, loaded from its durable copy when this JVM holds none. */
+  private static State heldOrLoaded(
+      SparkSession spark, String name, java.util.function.Predicate<JsonNode> usable) {
+    State state = STATES.get(name);
+    if (state != null) {
+      return state;
+    }
+    synchronized (LOADING.computeIfAbsent(name, ignored -> new Object())) {
+      state = STATES.get(name);
+      if (state == null && !BUILDS.containsKey(name)) {
+        state = load(spark, name, usable);
+        if (state != null) {
+          STATES.put(name, state);
+        }
+      }
+      return state;
+    }
+  }
+
+  private static int[] ints(JsonNode array) {
+    int[] values = new int[array.size()];
+    for (int i = 0; i < values.length; i++) {
+      values[i] = array.get(i).asInt();
+    }
+    return values;
+  }
+
+  /** Forget {@code state} if it is the one held for {@code name}, and free its store. */
+  private static void discard(String name, State state) {
+    STATES.remove(name, state);
+    synchronized (state) {
+      state.close();
+    }
+  }
+
+  private static StructType fields(StructType schema, int[] indices) {
+    StructType picked = new StructType();
+    for (int index : indices) {
+      picked = picked.add(schema.fields()[index]);
+    }
+    return picked;
+  }
+
 
   /** A lookup's changes, applied by {@code warm_advance} once the refresh committed. */
   private record Pending(
@@ -223,34 +565,73 @@ final class WarmJoinState {
       long rightTo,
       long createdAt) {}
 
+
   static void handle(SparkSession spark, String action, JsonNode request, ObjectNode answer) {
     long oldest = System.currentTimeMillis() - PENDING_TTL_MS;
     PENDING.entrySet().removeIf(entry -> entry.getValue().createdAt() < oldest);
     switch (action) {
       case "warm_build" -> build(spark, request, answer);
-      case "warm_lookup" -> lookup(spark, request, answer);
-      case "warm_advance" -> advance(spark, request, answer);
-      case "warm_peek" -> peek(request, answer);
+      case "warm_lookup" -> guarded(request, answer, () -> lookup(spark, request, answer));
+      case "warm_advance" -> guarded(request, answer, () -> advance(spark, request, answer));
+      case "warm_peek" -> peek(spark, request, answer);
+      case "warm_settle" -> settle(request, answer);
       default -> {
         String name = NetChangeCommit.required(request, "state").asText();
         awaitBuild(name);
         FAILED.remove(name);
-        answer.put("status", STATES.remove(name) != null ? "dropped" : "absent");
+        State held = STATES.remove(name);
+        if (held != null) {
+          discard(name, held);
+        }
+        answer.put("status", held != null ? "dropped" : "absent");
       }
     }
   }
 
-  /** The versions a state holds (no Spark job), so a refresh can plan for it before it reads. */
-  private static void peek(JsonNode request, ObjectNode answer) {
+  /**
+   * Wait for the state's build under way and its checkpoints' uploads: what a process that is about to
+   * end asks, so that the next JVM loads the state instead of building it.
+   */
+  private static void settle(JsonNode request, ObjectNode answer) {
     String name = NetChangeCommit.required(request, "state").asText();
     awaitBuild(name);
-    State state = STATES.get(name);
+    awaitQuietly(UPLOADS.submit(() -> {}));
+    ObjectNode persisted = PERSISTED.get(name);
+    answer.put("status", persisted != null ? "persisted" : "absent");
+    if (persisted != null) {
+      answer.set("persisted", persisted);
+    }
+    String failed = PERSIST_FAILED.get(name);
+    if (failed != null) {
+      answer.put("reason", failed);
+    }
+  }
+
+  /** The versions a state holds (no Spark job), so a refresh can plan for it before it reads. */
+  private static void peek(SparkSession spark, JsonNode request, ObjectNode answer) {
+    String name = NetChangeCommit.required(request, "state").asText();
+    awaitBuild(name);
+    JsonNode output = request.path("output");
+    State state =
+        output.isMissingNode()
+            ? STATES.get(name)
+            : heldOrLoaded(
+                spark,
+                name,
+                manifest ->
+                    manifest.path("output_id").asText().equals(output.path("id").asText())
+                        && manifest.path("output_version").asLong() <= output.path("version").asLong());
     if (state == null) {
       answer.put("status", "absent");
       return;
     }
     synchronized (state) {
-      answer.put("status", "held").put("held_rows", state.rows());
+      if (state.closed) {
+        answer.put("status", "absent");
+        return;
+      }
+      answer.put("status", "held");
+      state.report(answer);
       answer.putObject("output").put("id", state.outputId).put("version", state.outputVersion);
       answer.putObject("left").put("id", state.leftId).put("version", state.leftVersion);
       answer.putObject("right").put("id", state.rightId).put("version", state.rightVersion);
@@ -268,16 +649,22 @@ final class WarmJoinState {
     JsonNode left = NetChangeCommit.required(request, "left");
     JsonNode right = NetChangeCommit.required(request, "right");
     JsonNode output = NetChangeCommit.required(request, "output");
-    long maxRows = request.path("max_rows").asLong(DEFAULT_MAX_ROWS);
+    long memoryBytes = request.path("memory_bytes").asLong(0);
+    long diskReserve = request.path("disk_reserve_bytes").asLong(StateMemory.DISK_RESERVE);
     awaitBuild(name);
-    STATES.remove(name);
+    State previous = STATES.remove(name);
+    if (previous != null) {
+      discard(name, previous);
+    }
     FAILED.remove(name);
     Dataset<Row> leftRows = spark.table(NetChangeCommit.required(left, "view").asText());
     Dataset<Row> rightRows = spark.table(NetChangeCommit.required(right, "view").asText());
     Dataset<Row> located = spark.table(NetChangeCommit.required(output, "view").asText());
     StructType leftSchema = leftRows.schema();
     StructType rightSchema = rightRows.schema();
-    State state =
+    State state;
+    try {
+      state =
         new State(
             NetChangeCommit.required(output, "id").asText(),
             NetChangeCommit.required(output, "version").asLong(),
@@ -289,7 +676,14 @@ final class WarmJoinState {
             rightSchema,
             indices(leftSchema, left.get("key")),
             indices(leftSchema, left.get("fk")),
-            indices(rightSchema, right.get("key")));
+            indices(rightSchema, right.get("key")),
+            memoryBytes,
+            null);
+    } catch (IOException | RocksDBException | RuntimeException error) {
+      FAILED.put(name, "the warm state could not be opened: " + error.getMessage());
+      answer.put("status", "refused").put("reason", FAILED.get(name));
+      return;
+    }
     int[] outputKey = indices(located.schema(), left.get("key"));
     CompletableFuture<Void> done = new CompletableFuture<>();
     BUILDS.put(name, done);
@@ -304,15 +698,17 @@ final class WarmJoinState {
               context.clearJobTags();
               long started = System.currentTimeMillis();
               try {
-                String refused = fill(name, state, leftRows, rightRows, located, outputKey, maxRows);
+                String refused = fill(state, leftRows, rightRows, located, outputKey, diskReserve);
                 if (refused == null) {
-                  state.lastUsed = System.currentTimeMillis();
                   STATES.put(name, state);
                   BUILT.put(name, System.currentTimeMillis() - started);
+                  persist(spark, name, state, true);
                 } else {
+                  state.close();
                   FAILED.put(name, "the warm state could not be built: " + refused);
                 }
               } catch (Throwable error) {
+                state.close();
                 FAILED.put(name, "building the warm state failed: " + error);
               } finally {
                 BUILDS.remove(name, done);
@@ -341,40 +737,43 @@ final class WarmJoinState {
   }
 
   /**
-   * Collect the three frames into {@code state}; why not, or null. {@code maxRows} bounds the inputs'
-   * rows of all the states of this JVM together: when this one would pass it, the states used least
-   * recently are dropped first (their next refresh runs the usual plan and builds them again), and when
-   * this one alone passes it, it is not kept.
+   * Collect the three frames into {@code state}; why not, or null. The rows go to the state's store in
+   * batches, so the heap holds a batch at most; the store spills to local disk past its share of the
+   * memory budget, and the build stops with a reason when that disk runs short. Writes are blind: each
+   * table holds a key once at the versions the refresh that asked for the build just committed (its
+   * checks made sure), so a build reads nothing back.
    */
   private static String fill(
-      String name,
       State state,
       Dataset<Row> leftRows,
       Dataset<Row> rightRows,
       Dataset<Row> located,
       int[] outputKey,
-      long maxRows) {
+      long diskReserve)
+      throws RocksDBException {
     long rows = 0;
-    long others = heldByOthers(name);
     for (Iterator<Row> it = leftRows.toLocalIterator(); it.hasNext(); ) {
       Row row = it.next();
       Row key = project(row, state.leftKey);
-      if (key == null || state.left.containsKey(key)) {
-        return "the left table repeats a key (or holds a null key)";
+      if (key == null) {
+        return "the left table holds a null key";
       }
-      state.putLeft(key, row);
-      if (++rows + others > maxRows && (others = makeRoom(name, rows, maxRows)) < 0) {
-        return "the inputs hold more than " + maxRows + " rows (spark.fkjoin.warmState.maxRows)";
+      state.loadLeft(key, row);
+      String short_ = settle(state, ++rows, diskReserve);
+      if (short_ != null) {
+        return short_;
       }
     }
     for (Iterator<Row> it = rightRows.toLocalIterator(); it.hasNext(); ) {
       Row row = it.next();
       Row key = project(row, state.rightKey);
-      if (key == null || state.right.put(key, row) != null) {
-        return "the right table repeats a key (or holds a null key)";
+      if (key == null) {
+        return "the right table holds a null key";
       }
-      if (++rows + others > maxRows && (others = makeRoom(name, rows, maxRows)) < 0) {
-        return "the inputs hold more than " + maxRows + " rows (spark.fkjoin.warmState.maxRows)";
+      state.loadRight(key, row);
+      String short_ = settle(state, ++rows, diskReserve);
+      if (short_ != null) {
+        return short_;
       }
     }
     int file = located.schema().fieldIndex(NetChangeCommit.FILE);
@@ -382,80 +781,96 @@ final class WarmJoinState {
     for (Iterator<Row> it = located.toLocalIterator(); it.hasNext(); ) {
       Row row = it.next();
       Row key = project(row, outputKey);
-      String problem = state.putPosition(key, row.getString(file), row.getLong(position));
-      if (problem != null) {
-        return problem;
+      if (key == null) {
+        return "the output holds a null key";
+      }
+      state.loadPosition(key, row.getString(file), row.getLong(position));
+      String short_ = settle(state, ++rows, diskReserve);
+      if (short_ != null) {
+        return short_;
       }
     }
+    state.store.settle();
     return null;
   }
 
-  /** The inputs' rows the other states of this JVM hold. */
-  private static long heldByOthers(String name) {
-    long held = 0;
-    for (Map.Entry<String, State> entry : STATES.entrySet()) {
-      if (!entry.getKey().equals(name)) {
-        held += entry.getValue().inputRows();
-      }
+  /** Apply a build's batch when full, and check the disk every so often: why the build stops, or null. */
+  private static String settle(State state, long rows, long diskReserve) throws RocksDBException {
+    if (state.store.pending() >= BATCH) {
+      state.store.flush();
     }
-    return held;
+    return rows % DISK_CHECK_ROWS == 1 ? StateMemory.diskShort(state.store.dir(), diskReserve) : null;
   }
 
-  /**
-   * Drop the least recently used other states until {@code rows} more fit under {@code maxRows}; the
-   * rows the others still hold, or -1 when {@code rows} alone pass the bound.
-   */
-  private static long makeRoom(String name, long rows, long maxRows) {
-    if (rows > maxRows) {
-      return -1;
-    }
-    long others = heldByOthers(name);
-    while (rows + others > maxRows) {
-      Map.Entry<String, State> oldest = null;
-      for (Map.Entry<String, State> entry : STATES.entrySet()) {
-        if (!entry.getKey().equals(name)
-            && (oldest == null || entry.getValue().lastUsed < oldest.getValue().lastUsed)) {
-          oldest = entry;
-        }
-      }
-      if (oldest == null) {
-        return -1;
-      }
-      if (STATES.remove(oldest.getKey(), oldest.getValue())) {
-        FAILED.put(
-            oldest.getKey(),
-            "the warm state was dropped to make room for another output's "
-                + "(spark.fkjoin.warmState.maxRows bounds all the states of a JVM together)");
-      }
-      others = heldByOthers(name);
-    }
-    return others;
+  /** A lookup or an advance whose store failed: the state is dropped and the refresh told why. */
+  private interface StateAction {
+    void run() throws RocksDBException;
   }
 
-  private static void lookup(SparkSession spark, JsonNode request, ObjectNode answer) {
+  private static void guarded(JsonNode request, ObjectNode answer, StateAction action) {
+    try {
+      action.run();
+    } catch (RocksDBException error) {
+      String name = NetChangeCommit.required(request, "state").asText();
+      State state = STATES.get(name);
+      if (state != null) {
+        discard(name, state);
+      }
+      answer.removeAll();
+      stale(answer, "the warm state's store failed (" + error.getMessage() + "); it is built again");
+    }
+  }
+
+  /** Whether a state holds a key of one side. */
+  private interface HeldKeys {
+    boolean holds(Row key) throws RocksDBException;
+  }
+
+  private static void lookup(SparkSession spark, JsonNode request, ObjectNode answer)
+      throws RocksDBException {
     String name = NetChangeCommit.required(request, "state").asText();
+    JsonNode output = NetChangeCommit.required(request, "output");
+    JsonNode left = NetChangeCommit.required(request, "left");
+    JsonNode right = NetChangeCommit.required(request, "right");
+    JsonNode views = NetChangeCommit.required(request, "views");
     awaitBuild(name);
-    State state = STATES.get(name);
+    State state =
+        heldOrLoaded(
+            spark,
+            name,
+            manifest ->
+                manifest.path("output_id").asText().equals(output.path("id").asText())
+                    && manifest.path("output_version").asLong() <= output.path("version").asLong()
+                    && manifest.path("left_version").asLong() == left.path("from").asLong()
+                    && manifest.path("right_version").asLong() == right.path("from").asLong());
     if (state == null) {
       String failed = FAILED.get(name);
       stale(
           answer,
           failed != null
               ? failed
-              : "this JVM holds no warm state for the output (its first refresh here, or a restart)");
+              : "this JVM holds no warm state for the output and the output holds no durable copy that "
+                  + "matches the refresh (its first refresh, or the inputs moved on since the last copy)");
       return;
     }
-    state.lastUsed = System.currentTimeMillis();
     Long built = BUILT.remove(name);
     if (built != null) {
       answer.put("built_ms", built);
     }
-    JsonNode output = NetChangeCommit.required(request, "output");
-    JsonNode left = NetChangeCommit.required(request, "left");
-    JsonNode right = NetChangeCommit.required(request, "right");
-    JsonNode views = NetChangeCommit.required(request, "views");
+    ObjectNode loaded = LOADED.remove(name);
+    if (loaded != null) {
+      answer.set("loaded", loaded);
+    }
+    ObjectNode persisted = PERSISTED.get(name);
+    if (persisted != null) {
+      answer.set("persisted", persisted);
+    }
+    String persistFailed = PERSIST_FAILED.get(name);
+    if (persistFailed != null) {
+      answer.put("persist_error", persistFailed);
+    }
     synchronized (state) {
-      if (STATES.get(name) != state) {
+      if (STATES.get(name) != state || state.closed) {
         stale(answer, "the warm state was replaced while this refresh read it");
         return;
       }
@@ -464,6 +879,7 @@ final class WarmJoinState {
         String behind = followOutput(spark, state, DeltaLog.forTable(spark, name), outputVersion);
         if (behind != null) {
           STATES.remove(name, state);
+          state.close();
           stale(answer, behind);
           return;
         }
@@ -483,12 +899,11 @@ final class WarmJoinState {
       Map<Row, Row> leftChanged = new HashMap<>();
       Map<Row, Row> rightChanged = new HashMap<>();
       String problem =
-          changes(spark, left, state.leftSchema, state.leftKey, state.left.keySet(), leftChanged, "left",
-              answer);
+          changes(spark, left, state.leftSchema, state.leftKey, state::holdsLeft, leftChanged, "left", answer);
       if (problem == null) {
         problem =
-            changes(spark, right, state.rightSchema, state.rightKey, state.right.keySet(), rightChanged,
-                "right", answer);
+            changes(spark, right, state.rightSchema, state.rightKey, state::holdsRight, rightChanged, "right",
+                answer);
       }
       if (problem != null) {
         if (!answer.has("status")) {
@@ -498,27 +913,24 @@ final class WarmJoinState {
       }
       Set<Row> affected = new LinkedHashSet<>(leftChanged.keySet());
       for (Row changed : rightChanged.keySet()) {
-        Set<Row> keys = state.byFk.get(changed);
-        if (keys != null) {
-          affected.addAll(keys);
-        }
+        affected.addAll(state.subscribers(changed));
       }
       List<Row> leftRows = new ArrayList<>();
       Set<Row> needed = new LinkedHashSet<>(rightChanged.keySet());
       List<Row> located = new ArrayList<>();
       for (Row key : affected) {
-        Held held = state.left.get(key);
-        Row previous = held == null ? null : held.row;
-        Row current = leftChanged.containsKey(key) ? leftChanged.get(key) : previous;
+        Row previous = state.left(key);
+        boolean changed = leftChanged.containsKey(key);
+        Row current = changed ? leftChanged.get(key) : previous;
         if (current != null) {
           leftRows.add(current);
           addIfPresent(needed, project(current, state.leftFk));
         }
-        if (previous != null && previous != current) {
+        if (previous != null && changed) {
           addIfPresent(needed, project(previous, state.leftFk));
         }
-        if (held != null && held.position != NO_POSITION) {
-          long at = held.position;
+        long at = state.position(key);
+        if (at != NO_POSITION) {
           Object[] values = new Object[key.length() + 2];
           for (int i = 0; i < key.length(); i++) {
             values[i] = key.get(i);
@@ -530,7 +942,7 @@ final class WarmJoinState {
       }
       List<Row> rightRows = new ArrayList<>();
       for (Row key : needed) {
-        Row current = rightChanged.containsKey(key) ? rightChanged.get(key) : state.right.get(key);
+        Row current = rightChanged.containsKey(key) ? rightChanged.get(key) : state.right(key);
         if (current != null) {
           rightRows.add(current);
         }
@@ -569,8 +981,8 @@ final class WarmJoinState {
           .put("token", token)
           .put("left_rows", leftRows.size())
           .put("right_rows", rightRows.size())
-          .put("located", located.size())
-          .put("held_rows", state.rows());
+          .put("located", located.size());
+      state.report(answer);
     }
   }
 
@@ -585,10 +997,11 @@ final class WarmJoinState {
       JsonNode side,
       StructType schema,
       int[] keyColumns,
-      Set<Row> held,
+      HeldKeys held,
       Map<Row, Row> changed,
       String role,
-      ObjectNode answer) {
+      ObjectNode answer)
+      throws RocksDBException {
     JsonNode keysView = side.get("keys");
     if (keysView == null || keysView.isNull()) {
       return null;
@@ -608,7 +1021,7 @@ final class WarmJoinState {
     long repeats = 0;
     for (Row row : keys.collectAsList()) {
       Row key = project(row, keyIndices);
-      long count = (held.contains(key) ? 1 : 0) + (row.isNullAt(net) ? 0 : row.getLong(net));
+      long count = (held.holds(key) ? 1 : 0) + (row.isNullAt(net) ? 0 : row.getLong(net));
       if (count > 1) {
         repeats++;
       }
@@ -624,7 +1037,8 @@ final class WarmJoinState {
     return null;
   }
 
-  private static void advance(SparkSession spark, JsonNode request, ObjectNode answer) {
+  private static void advance(SparkSession spark, JsonNode request, ObjectNode answer)
+      throws RocksDBException {
     Pending pending = PENDING.remove(NetChangeCommit.required(request, "token").asText());
     if (pending == null) {
       answer.put("status", "stale").put("reason", "the refresh's lookup expired");
@@ -632,7 +1046,7 @@ final class WarmJoinState {
     }
     State state = pending.state();
     synchronized (state) {
-      if (STATES.get(pending.name()) != state) {
+      if (STATES.get(pending.name()) != state || state.closed) {
         stale(answer, "the warm state was replaced while this refresh wrote");
         return;
       }
@@ -645,9 +1059,9 @@ final class WarmJoinState {
       }
       for (Map.Entry<Row, Row> change : pending.right().entrySet()) {
         if (change.getValue() == null) {
-          state.right.remove(change.getKey());
+          state.removeRight(change.getKey());
         } else {
-          state.right.put(change.getKey(), change.getValue());
+          state.putRight(change.getKey(), change.getValue());
         }
       }
       state.leftVersion = pending.leftTo();
@@ -673,12 +1087,17 @@ final class WarmJoinState {
         state.outputVersion = NetChangeCommit.required(request, "version").asLong();
         problem = followOutput(spark, state, log, log.update(false, Option.empty(), Option.empty()).version());
       }
-      if (problem != null) {
+      if (problem == null) {
+        state.store.flush();
+      } else {
         STATES.remove(pending.name(), state);
+        state.close();
         stale(answer, problem);
         return;
       }
-      answer.put("status", "advanced").put("output_version", state.outputVersion).put("held_rows", state.rows());
+      persist(spark, pending.name(), state, false);
+      answer.put("status", "advanced").put("output_version", state.outputVersion);
+      state.report(answer);
     }
   }
 
@@ -687,7 +1106,8 @@ final class WarmJoinState {
    * compaction: files rewritten, rows the same): positions in removed files go, the added files' are
    * read. Returns why the state cannot follow, or null.
    */
-  private static String followOutput(SparkSession spark, State state, DeltaLog log, long latest) {
+  private static String followOutput(SparkSession spark, State state, DeltaLog log, long latest)
+      throws RocksDBException {
     if (latest <= state.outputVersion) {
       return null;
     }
@@ -715,20 +1135,8 @@ final class WarmJoinState {
         }
       }
     }
-    Set<Integer> gone = new HashSet<>();
     for (String file : removed) {
-      Integer index = state.fileIndex.remove(file);
-      if (index != null) {
-        gone.add(index);
-      }
-    }
-    if (!gone.isEmpty()) {
-      for (Held held : state.left.values()) {
-        if (held.position != NO_POSITION && gone.contains((int) (held.position >>> ROW_BITS))) {
-          held.position = NO_POSITION;
-          state.positioned--;
-        }
-      }
+      state.dropFile(file);
     }
     String problem = readPositions(spark, state, added);
     if (problem == null) {
@@ -738,7 +1146,8 @@ final class WarmJoinState {
   }
 
   /** The key and row index of every row of the output's data files ``paths`` (absolute), into the state. */
-  private static String readPositions(SparkSession spark, State state, List<String> paths) {
+  private static String readPositions(SparkSession spark, State state, List<String> paths)
+      throws RocksDBException {
     if (paths.isEmpty()) {
       return null;
     }
@@ -768,6 +1177,7 @@ final class WarmJoinState {
     }
     return null;
   }
+
 
   private static Row project(Row row, int[] columns) {
     Object[] values = new Object[columns.length];
