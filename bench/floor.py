@@ -77,6 +77,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "refresh builds it, later ones look up what they would scan",
     )
     p.add_argument(
+        "--restart",
+        action="store_true",
+        help="with --warm-state: after the timed rounds, drop the state from the JVM (as a restart does) "
+        "and run one more round, whose refresh loads the state's durable copy (reported as 'restart')",
+    )
+    p.add_argument(
         "--candidates",
         choices=["all", "engine-and-recompute"],
         default="all",
@@ -336,6 +342,20 @@ def main(argv: list[str] | None = None) -> int:
         results_verified.append(
             same_table(spark, paths("engine refresh")["out"], paths("full recompute")["out"])
         )
+    restart = None
+    if args.warm_state and args.restart:
+        from airflow_provider_fkjoin.engine.core.spec import TableRef
+        from airflow_provider_fkjoin.engine.delta.tables import DeltaHandle
+        from airflow_provider_fkjoin.engine.delta.warm_state import WarmState
+
+        out = paths("engine refresh")["out"]
+        warm = WarmState(spark, DeltaHandle(spark, TableRef(path=out), "output"))
+        warm.settle()
+        warm.drop()
+        versions = change_inputs(args.warmup + args.repeat)
+        restart = {name: runners[name](paths(name), *versions[name]) for name in candidates}
+        restart["engine_equals_recompute"] = same_table(spark, out, paths("full recompute")["out"])
+        print(f"[floor] restart: {restart}", flush=True)
     report_memory = warm_state_memory(spark, paths("engine refresh")["out"], results["engine refresh"])
     report = {
         "command": command_line("bench.floor"),
@@ -353,6 +373,8 @@ def main(argv: list[str] | None = None) -> int:
     }
     if args.warm_state and report_memory is not None:
         report["warm_state_memory"] = report_memory
+    if restart is not None:
+        report["restart"] = restart
     write_report(report, args.json_out)
     return 0
 

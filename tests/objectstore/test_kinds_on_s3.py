@@ -22,6 +22,9 @@ from helpers import (
     create_table,
     delete_keys,
     expected_fk_join,
+    oracle,
+    orders_customers,
+    output_state,
     read_rows,
     rows_by_key,
     upsert,
@@ -38,6 +41,9 @@ from support.windowed_tables import ERRORS, WEEK, errors_row, output_of, scratch
 from windowed_model import Event, StreamJoinModel
 
 from airflow_provider_fkjoin.engine import noop_result, refresh_status, run_spec
+from airflow_provider_fkjoin.engine.core.spec import TableRef
+from airflow_provider_fkjoin.engine.delta.tables import DeltaHandle
+from airflow_provider_fkjoin.engine.delta.warm_state import WarmState
 
 ORDERS = "order_id long, customer_id long, amount double"
 CUSTOMERS = "customer_id long, name string"
@@ -342,3 +348,28 @@ def test_kind_on_s3(s3: S3Server, s3_spark, kind: str) -> None:
         assert all(side["lag_versions"] == 0 for side in status["inputs"].values()), status
         if keyed:
             audited(s3_spark, spec)
+
+
+def test_warm_state_durable_on_s3(s3: S3Server, s3_spark) -> None:
+    """The FK join's warm state writes its durable copy into the bucket, beside the output, and a JVM that
+    lost the state (dropped here, as a restart does) loads it from there: the refresh it serves equals the
+    join recomputed in Python."""
+    spark = s3_spark
+    spec, orders, _customers, out = orders_customers(
+        spark,
+        s3.url("kinds/warm_state"),
+        [(1, 10, 1.0), (2, 20, 2.0), (3, None, 3.0)],
+        [(10, "a"), (20, "b")],
+    )
+    spec["warm_state"] = True
+    first = run_spec(spec, spark=spark)
+    assert output_state(spark, out) == oracle(spark, first, "left")
+    warm = WarmState(spark, DeltaHandle(spark, TableRef(path=str(out)), "output"))
+    settled = warm.settle()
+    assert settled["status"] == "persisted", (settled, first["warm_state"])
+    warm.drop()
+    upsert(spark, str(orders), [{"order_id": 2, "customer_id": 10, "amount": 2.5}], ["order_id"])
+    second = run_spec(spec, spark=spark)
+    state = second["warm_state"]
+    assert state["used"] and state["advanced"] and state["loaded_in_s"] >= 0, state
+    assert output_state(spark, out) == oracle(spark, second, "left")

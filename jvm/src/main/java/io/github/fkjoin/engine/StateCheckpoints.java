@@ -81,14 +81,14 @@ final class StateCheckpoints {
         String remote = uploaded.get(name);
         if (remote == null) {
           remote = WRITER + "-" + name;
-          fs.copyFromLocalFile(false, true, new Path(file.getAbsolutePath()), new Path(root, "sst/" + remote));
+          upload(fs, file, new Path(root, "sst/" + remote));
           uploaded.put(name, remote);
           bytes += file.length();
         }
         tables.addObject().put("name", name).put("remote", remote);
       } else {
         small.add(name);
-        fs.copyFromLocalFile(false, true, new Path(file.getAbsolutePath()), new Path(root, "c" + number + "/" + name));
+        upload(fs, file, new Path(root, "c" + number + "/" + name));
         bytes += file.length();
       }
     }
@@ -215,10 +215,26 @@ final class StateCheckpoints {
     }
     long bytes = 0;
     for (Path[] copy : copies) {
-      fs.copyToLocalFile(false, copy[0], copy[1], true);
-      bytes += new File(copy[1].toUri().getPath()).length();
+      File target = new File(copy[1].toUri().getPath());
+      try (InputStream in = fs.open(copy[0]);
+          OutputStream out = new java.io.FileOutputStream(target)) {
+        in.transferTo(out);
+      }
+      bytes += target.length();
     }
     return bytes;
+  }
+
+  /**
+   * Copy a local file to {@code target} through the file system's own output stream: the plain write
+   * path every store implements (S3A's {@code copyFromLocalFile} goes through a transfer manager whose
+   * asynchronous HTTP client a Spark distribution may not ship).
+   */
+  private static void upload(FileSystem fs, File file, Path target) throws IOException {
+    try (InputStream in = new java.io.FileInputStream(file);
+        OutputStream out = fs.create(target, true)) {
+      in.transferTo(out);
+    }
   }
 
   private static JsonNode read(FileSystem fs, Path path) throws IOException {
