@@ -32,8 +32,9 @@ import org.rocksdb.WriteBufferManager;
  * <p>The budget is {@code spark.fkjoin.state.memoryBytes} when a request gives it, else an eighth of the
  * JVM's maximum heap, at least 64 MiB and at most 1 GiB: 512 MiB in a 4 GiB driver; the first state
  * the JVM opens fixes it. The states live under
- * {@code <java.io.tmpdir>/fkjoin-state/<jvm>/}, a directory this JVM locks; a later JVM deletes the
- * directories whose lock no one holds (a killed JVM's), so disk never fills with orphans.
+ * {@code <java.io.tmpdir>/fkjoin-state/<jvm>/}, beside a {@code <jvm>.lock} file this JVM locks for its
+ * life; a later JVM deletes the directories whose lock no one holds (a killed JVM's), so disk never
+ * fills with orphans.
  */
 final class StateMemory {
   static final long MIN_BUDGET = 64L << 20;
@@ -151,35 +152,48 @@ final class StateMemory {
       Path root = Path.of(System.getProperty("java.io.tmpdir"), "fkjoin-state");
       Files.createDirectories(root);
       sweepOrphans(root);
-      Path dir = root.resolve(UUID.randomUUID().toString());
-      Files.createDirectories(dir);
-      FileChannel channel = new RandomAccessFile(dir.resolve("LOCK").toFile(), "rw").getChannel();
+      String name = UUID.randomUUID().toString();
+      // the lock is held before the directory exists: a sweeping JVM never sees the directory unlocked
+      FileChannel channel = new RandomAccessFile(root.resolve(name + ".lock").toFile(), "rw").getChannel();
       jvmLock = channel.lock();
+      Path dir = root.resolve(name);
+      Files.createDirectories(dir);
       jvmDir = dir;
-      Runtime.getRuntime().addShutdownHook(new Thread(() -> delete(dir), "fkjoin-state-cleanup"));
+      Path lockFile = root.resolve(name + ".lock");
+      Runtime.getRuntime()
+          .addShutdownHook(
+              new Thread(
+                  () -> {
+                    delete(dir);
+                    lockFile.toFile().delete();
+                  },
+                  "fkjoin-state-cleanup"));
     }
     Path state = jvmDir.resolve(UUID.randomUUID().toString());
     Files.createDirectories(state);
     return state;
   }
 
+  /** Delete the directories of JVMs that are gone: each JVM's {@code <id>.lock} is locked while it lives. */
   private static void sweepOrphans(Path root) throws IOException {
-    try (Stream<Path> dirs = Files.list(root)) {
-      for (Path dir : (Iterable<Path>) dirs::iterator) {
-        File lock = dir.resolve("LOCK").toFile();
-        if (!lock.exists()) {
+    try (Stream<Path> entries = Files.list(root)) {
+      for (Path entry : (Iterable<Path>) entries::iterator) {
+        String name = entry.getFileName().toString();
+        if (!name.endsWith(".lock")) {
           continue;
         }
+        File lock = entry.toFile();
         try (FileChannel channel = new RandomAccessFile(lock, "rw").getChannel()) {
           FileLock held = channel.tryLock();
           if (held == null) {
             continue;
           }
+          delete(root.resolve(name.substring(0, name.length() - ".lock".length())));
+          lock.delete();
           held.release();
         } catch (OverlappingFileLockException | IOException error) {
-          continue;
+          // another JVM holds it, or it went away meanwhile
         }
-        delete(dir);
       }
     }
   }
