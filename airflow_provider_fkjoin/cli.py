@@ -246,13 +246,14 @@ def _origin_arg(text: str | None) -> dict[str, Any] | None:
 
 
 def _cmd_run(args: argparse.Namespace) -> dict[str, Any]:
-    from airflow_provider_fkjoin.engine import load_spec, run_spec
+    from airflow_provider_fkjoin.engine import is_connect, load_spec, run_spec
 
     spec = load_spec(_spec_arg(args))
     origin = _origin_arg(args.origin)
     spark = _spark(args)
-    if getattr(spec, "warm_state", False):
-        # this process ends after the refresh: its join state is kept only if its durable copy is written
+    if getattr(spec, "warm_state", False) and not is_connect(spark):
+        # this driver ends with the process: its join state is kept only if its durable copy is written
+        # (a Spark Connect server keeps the state open, and writes the copy in the background)
         spark.conf.set("spark.fkjoin.state.settle", "true")
     return run_spec(
         spec, spark=spark, full_refresh=args.full_refresh, write_path=args.write_path, origin=origin
