@@ -521,6 +521,8 @@ class OutputSpec:
     write_path: str = "auto"
     #: The spec's ``refresh_strategy`` (left out when None).
     strategy: str | None = None
+    #: The spec's ``warm_state`` (left out when False).
+    warm_state: bool = False
 
 
 @dataclass
@@ -601,6 +603,8 @@ class World:
                 spec["columns"] = dict(out.columns)
             if out.strategy is not None:
                 spec["refresh_strategy"] = out.strategy
+            if out.warm_state:
+                spec["warm_state"] = True
             self.specs[name] = spec
         self.history: dict[str, list[Refresh]] = {name: [] for name in self.outputs}
         self._last_ok: dict[str, Refresh] = {}

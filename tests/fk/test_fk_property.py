@@ -5,7 +5,9 @@ Hypothesis draws tiny inputs (8 left keys, 5 right keys, FKs that include a null
 exists and keys that are prefixes of each other) and a sequence of commits: inserts, updates, FK changes,
 deletes on both sides, identical rewrites, null-key rows, with refreshes in between, for an inner or a left
 join, into one output written with net changes, one written with MERGE and one refreshed by recomputing
-the join and committing its net changes (``refresh_strategy: recompute``). Every refresh is checked by
+the join and committing its net changes (``refresh_strategy: recompute``), and one refreshed with its
+warm join state (``warm_state: true``), which a ``restart`` step drops from the JVM so that the next
+refresh loads its durable copy. Every refresh is checked by
 :class:`helpers.World` (mode, versions, one commit per refresh, counts, the oracle on every key, one net
 change per changed key in the output's change feed), and the two outputs against each other.
 """
@@ -20,6 +22,10 @@ from helpers import Batch, OutputSpec, Row, World, small_refresh_bound
 from hypothesis import given
 from hypothesis import strategies as st
 from pyspark.sql import SparkSession
+
+from airflow_provider_fkjoin.engine.core.spec import TableRef
+from airflow_provider_fkjoin.engine.delta.tables import DeltaHandle
+from airflow_provider_fkjoin.engine.delta.warm_state import WarmState
 
 LEFT = "id INT, fk STRING, v INT"
 RIGHT = "rk STRING, name STRING"
@@ -53,7 +59,9 @@ right_upserts = st.dictionaries(st.sampled_from([*RIGHT_KEYS, None]), names, min
 right_deletes = st.lists(st.sampled_from(RIGHT_KEYS), min_size=1, max_size=2, unique=True).map(
     lambda keys: Batch(right_deletes=keys)
 )
-steps = st.one_of(left_upserts, left_deletes, right_upserts, right_deletes, st.just("refresh"))
+steps = st.one_of(
+    left_upserts, left_deletes, right_upserts, right_deletes, st.just("refresh"), st.just("restart")
+)
 
 
 @st.composite
@@ -68,12 +76,18 @@ def plans(draw: st.DrawFn) -> dict[str, Any]:
     }
 
 
-def play(world: World, steps: list[Any], refresh: Callable[[], None]) -> None:
+def play(
+    world: World, steps: list[Any], refresh: Callable[[], None], restart: Callable[[], None] = lambda: None
+) -> None:
     """Refresh, then apply the plan's steps, refreshing where a step says so (at most MAX_REFRESHES in
-    all, only when something changed) and once more at the end if changes are pending."""
+    all, only when something changed) and once more at the end if changes are pending; ``restart`` where
+    a step says ``restart``."""
     refresh()
     refreshes, pending = 1, False
     for step in steps:
+        if step == "restart":
+            restart()
+            continue
         if step == "refresh":
             if pending and refreshes < MAX_REFRESHES - 1:
                 refresh()
@@ -119,10 +133,11 @@ def test_refreshes_equal_recompute(spark: SparkSession, plan: dict[str, Any], ad
                 "direct": OutputSpec(how=how, foreign_key=["fk"], strategy="incremental"),
                 "merge": OutputSpec(how=how, foreign_key=["fk"], write_path="merge"),
                 "recompute": OutputSpec(how=how, foreign_key=["fk"], strategy="recompute"),
+                "warm": OutputSpec(how=how, foreign_key=["fk"], strategy="incremental", warm_state=True),
             },
         )
         world.create(plan["left"], plan["right"])
-        seen = {"direct": -1, "merge": -1, "recompute": -1}
+        seen = {"direct": -1, "merge": -1, "recompute": -1, "warm": -1}
 
         def refresh() -> None:
             records = world.refresh()
@@ -136,7 +151,9 @@ def test_refreshes_equal_recompute(spark: SparkSession, plan: dict[str, Any], ad
                 assert results["recompute"]["write_path"] == "net_changes", results["recompute"]
                 assert results["recompute"]["strategy"]["chosen"] == "recompute", results["recompute"]
                 assert results["direct"]["strategy"]["chosen"] == "incremental", results["direct"]
-            assert results["direct"]["rows"] == results["merge"]["rows"]
+            assert results["direct"]["rows"] == results["merge"]["rows"] == results["warm"]["rows"]
+            if results["warm"]["mode"] == "incremental":
+                assert results["warm"]["write_path"] == "net_changes", results["warm"]
             for count in ("inserted", "updated", "deleted"):
                 assert results["recompute"]["rows"][count] == results["direct"]["rows"][count]
             feeds = {}
@@ -145,11 +162,18 @@ def test_refreshes_equal_recompute(spark: SparkSession, plan: dict[str, Any], ad
                 changed = version > seen[name]
                 feeds[name] = _feed(spark, world.out_path(name), seen[name] + 1, version) if changed else []
                 seen[name] = version
-            assert feeds["direct"] == feeds["merge"] == feeds["recompute"]
+            assert feeds["direct"] == feeds["merge"] == feeds["recompute"] == feeds["warm"]
             tables = {
                 name: sorted(spark.read.format("delta").load(world.out_path(name)).collect(), key=repr)
                 for name in world.outputs
             }
-            assert tables["direct"] == tables["merge"] == tables["recompute"]
+            assert tables["direct"] == tables["merge"] == tables["recompute"] == tables["warm"]
 
-        play(world, plan["steps"], refresh)
+        def restart() -> None:
+            """The warm output's JVM loses its state, as a restart does: the next refresh loads the
+            state's durable copy (or builds it again)."""
+            state = WarmState(spark, DeltaHandle(spark, TableRef(path=world.out_path("warm")), "output"))
+            state.settle()
+            state.drop()
+
+        play(world, plan["steps"], refresh, restart)
