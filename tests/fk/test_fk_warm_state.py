@@ -1,5 +1,6 @@
 """The foreign-key join's warm state (``warm_state: true``): refreshes that look up the rows a change
-touches in the engine JVM's memory must write what the usual plan writes.
+touches in the engine JVM's state store (RocksDB, off the heap) must write what the usual plan writes;
+the state's budget, disk reserve and durable copy behave as documented.
 
 The oracle is the join recomputed in Python from the inputs at each result's pinned versions
 (``helpers.oracle``); each refresh's change feed is checked against the two output states it connects.
