@@ -34,6 +34,7 @@ from pyspark.sql import functions as F
 
 from ..core.spec import quote
 from ..runtime import engine_procedure
+from ..runtime.session import size_bytes
 from .changes import ChangedKeys
 from .tables import DeltaHandle
 
@@ -264,18 +265,14 @@ class WarmState:
 
 
 def parse_bytes(value: str, setting: str) -> int:
-    """A byte count as Spark writes sizes: ``536870912``, ``512m``, ``1g`` (binary units); a bad one
-    raises a ValueError naming ``setting``.
+    """A positive size setting in bytes (:func:`..runtime.session.size_bytes`); otherwise a ValueError
+    naming ``setting``.
 
     >>> parse_bytes("512m", MEMORY_BYTES_CONF)
     536870912
     """
-    text = value.strip().lower().removesuffix("b")
-    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
-    scale = units.get(text[-1:], 1)
-    number = text[:-1] if text[-1:] in units else text
     try:
-        parsed = int(float(number) * scale)
+        parsed = size_bytes(value)
     except ValueError:
         parsed = 0
     if parsed <= 0:

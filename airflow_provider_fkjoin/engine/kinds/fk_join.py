@@ -418,9 +418,10 @@ class ForeignKeyJoinRefresh(KindRefresh):
             return
         if not (self.warm_report or {}).get("advanced"):
             self._build_state(plan)
+        if str(self.spark.conf.get(SETTLE_CONF, "false")).lower() != "true" or self.warm_report is None:
+            return
         warm = WarmState(self.spark, self.output)
-        settle = str(self.spark.conf.get(SETTLE_CONF, "false")).lower() == "true"
-        if settle and self.warm_report is not None and warm.available() is None:
+        if warm.available() is None:
             phase("warm_state_settling")
             answer = warm.settle()
             self.warm_report["settled"] = {k: v for k, v in answer.items() if k != "protocol"}

@@ -228,13 +228,17 @@ def broadcast_limit_bytes(spark: SparkSession) -> int:
     if not text:
         return 10 * 1024 * 1024
     try:
-        return _bytes_of(text)
+        return size_bytes(text)
     except ValueError:
         return -1
 
 
-def _bytes_of(text: str) -> int:
-    """Bytes from a Spark size setting: ``10485760``, ``10m``, ``10MB``, ``-1``."""
+def size_bytes(text: str) -> int:
+    """Bytes from a Spark size setting: ``10485760``, ``10m``, ``10MB``, ``-1`` (binary units).
+
+    >>> size_bytes("512m")
+    536870912
+    """
     text = text.strip().lower().removesuffix("b")
     units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
     if text and text[-1] in units:

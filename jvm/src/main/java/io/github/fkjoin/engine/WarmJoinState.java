@@ -219,20 +219,24 @@ final class WarmJoinState {
 
     /** A build's output position (the key's left row loaded, the key placed once). */
     void loadPosition(Row key, String file, long row) throws RocksDBException {
+      store.loadPosition(leftKeys.encode(key), placed(file, row));
+    }
+
+    /** The packed position of row {@code row} of {@code file}, counted as held. */
+    private long placed(String file, long row) {
       Integer index = fileIndex.get(file);
       if (index == null) {
         index = files.size();
         files.add(file);
         fileIndex.put(file, index);
       }
-      store.loadPosition(leftKeys.encode(key), ((long) index << ROW_BITS) | (row & ROW_MASK));
       fileRows.merge(index, 1L, Long::sum);
       positioned++;
+      return ((long) index << ROW_BITS) | (row & ROW_MASK);
     }
 
-    /** Hold {@code row} for {@code key} (a key held already keeps its output row's position); whether
-     * the key is new. */
-    boolean putLeft(Row key, Row row) throws RocksDBException {
+    /** Hold {@code row} for {@code key} (a key held already keeps its output row's position). */
+    void putLeft(Row key, Row row) throws RocksDBException {
       byte[] encoded = leftKeys.encode(key);
       byte[] old = store.left(encoded);
       if (old == null) {
@@ -245,7 +249,6 @@ final class WarmJoinState {
       if (fk != null) {
         store.subscribe(fkKeys.encode(fk), encoded);
       }
-      return old == null;
     }
 
     void removeLeft(Row key) throws RocksDBException {
@@ -267,15 +270,13 @@ final class WarmJoinState {
       }
     }
 
-    /** Hold {@code row} for the right key {@code key}; whether the key is new. */
-    boolean putRight(Row key, Row row) throws RocksDBException {
+    /** Hold {@code row} for the right key {@code key}. */
+    void putRight(Row key, Row row) throws RocksDBException {
       byte[] encoded = rightKeys.encode(key);
-      boolean added = store.right(encoded) == null;
-      if (added) {
+      if (store.right(encoded) == null) {
         rightCount++;
       }
       store.putRight(encoded, rightRows.encode(row));
-      return added;
     }
 
     void removeRight(Row key) throws RocksDBException {
@@ -306,15 +307,7 @@ final class WarmJoinState {
       if (position(encoded) != NO_POSITION) {
         return "the output holds a key twice";
       }
-      Integer index = fileIndex.get(file);
-      if (index == null) {
-        index = files.size();
-        files.add(file);
-        fileIndex.put(file, index);
-      }
-      store.putPosition(encoded, ((long) index << ROW_BITS) | (row & ROW_MASK));
-      fileRows.merge(index, 1L, Long::sum);
-      positioned++;
+      store.putPosition(encoded, placed(file, row));
       return null;
     }
 
@@ -368,13 +361,15 @@ final class WarmJoinState {
     manifest.put("left_id", state.leftId).put("left_version", state.leftVersion);
     manifest.put("right_id", state.rightId).put("right_version", state.rightVersion);
     manifest.put("left_schema", state.leftSchema.json()).put("right_schema", state.rightSchema.json());
-    for (String field : new String[] {"left_key", "left_fk", "right_key"}) {
-      int[] indices = field.equals("left_key") ? state.leftKey : field.equals("left_fk") ? state.leftFk : state.rightKey;
-      var array = manifest.putArray(field);
-      for (int index : indices) {
-        array.add(index);
-      }
-    }
+    Map<String, int[]> columns =
+        Map.of("left_key", state.leftKey, "left_fk", state.leftFk, "right_key", state.rightKey);
+    columns.forEach(
+        (field, indices) -> {
+          var array = manifest.putArray(field);
+          for (int index : indices) {
+            array.add(index);
+          }
+        });
     manifest.put("left_rows", state.leftCount).put("right_rows", state.rightCount);
     var files = manifest.putArray("positions");
     for (int i = 0; i < state.files.size(); i++) {
@@ -878,8 +873,7 @@ final class WarmJoinState {
       if (state.outputId.equals(output.path("id").asText()) && state.outputVersion < outputVersion) {
         String behind = followOutput(spark, state, DeltaLog.forTable(spark, name), outputVersion);
         if (behind != null) {
-          STATES.remove(name, state);
-          state.close();
+          discard(name, state);
           stale(answer, behind);
           return;
         }
@@ -1090,8 +1084,7 @@ final class WarmJoinState {
       if (problem == null) {
         state.store.flush();
       } else {
-        STATES.remove(pending.name(), state);
-        state.close();
+        discard(pending.name(), state);
         stale(answer, problem);
         return;
       }
