@@ -10,10 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import ConfigDict
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from airflow_provider_fkjoin.engine.runtime import engine_procedure, internals
+from airflow_provider_fkjoin.engine.runtime import engine_protocol as protocol
 from airflow_provider_fkjoin.engine.write.net_changes import key_hashes
 
 APP = "probe-app"
@@ -64,14 +66,19 @@ def proof_of(spark: SparkSession, ids: list[int]) -> dict[str, Any]:
     return {"rows": len(ids), "h1": str(sums["h1"] or 0), "h2": str(sums["h2"] or 0)}
 
 
+def ask(spark: SparkSession, request: protocol.Request[Any]) -> dict[str, Any]:
+    """The JVM side's answer to ``request`` as its JSON (the fields it set)."""
+    return engine_procedure.call(spark, request).model_dump(mode="json", exclude_defaults=True)
+
+
 def prepare(spark: SparkSession, path: str, **fields: Any) -> dict[str, Any]:
     request = {"output": path, "expected_version": 0, "app_id": APP, "seq": 1, "replaced": False}
-    return engine_procedure.call(spark, "prepare", **(request | fields))
+    return ask(spark, protocol.Prepare(**(request | fields)))
 
 
 def test_the_session_has_the_engine_procedure(spark) -> None:
     assert engine_procedure.unavailable_reason(spark) is None
-    assert engine_procedure.call(spark, "describe")["status"] == "ready"
+    assert ask(spark, protocol.Describe())["status"] == "ready"
 
 
 def test_net_change_deletes_by_position_and_commits_one_update(spark, warehouse: Path) -> None:
@@ -95,7 +102,7 @@ def test_net_change_deletes_by_position_and_commits_one_update(spark, warehouse:
     assert prepared["version"] == 0
     (size, records, deleted), *others = prepared["files"]  # the output's one file, as listed
     assert (records, deleted, others) == (6, 0, []) and size > 0
-    committed = engine_procedure.call(spark, "commit", token=prepared["token"])
+    committed = ask(spark, protocol.Commit(token=prepared["token"]))
     added = committed.pop("added")
     assert committed == {"protocol": 1, "status": "committed", "version": 1}
     # the new rows' one data file, as an absolute path inside the table (where a warm state reads them)
@@ -111,7 +118,7 @@ def test_net_change_deletes_by_position_and_commits_one_update(spark, warehouse:
     assert internals.delta_transaction_version(spark, path, APP) == 1
     assert spark.sql(f"DESCRIBE HISTORY delta.`{path}` LIMIT 1").first()["operation"] == "UPDATE"
     # the commit sent again (its answer was lost on the way back): the same answer, nothing written again
-    assert engine_procedure.call(spark, "commit", token=prepared["token"])["version"] == 1
+    assert ask(spark, protocol.Commit(token=prepared["token"]))["version"] == 1
     assert len(list((Path(path) / "_delta_log").glob("*.json"))) == 2
 
 
@@ -166,19 +173,19 @@ def test_concurrent_commits_conflict(spark, warehouse: Path) -> None:
     )  # a new row and its change data
     first = prepare(spark, path, rows=view(more, "probe_rows"))
     second = prepare(spark, path, app_id="another-app", rows="probe_rows")
-    engine_procedure.call(spark, "commit", token=first["token"])
+    ask(spark, protocol.Commit(token=first["token"]))
     with pytest.raises(Exception) as raised:
-        engine_procedure.call(spark, "commit", token=second["token"])
+        ask(spark, protocol.Commit(token=second["token"]))
     assert internals.is_concurrent_modification(raised.value)
     assert not internals.is_concurrent_modification(ValueError("no"))
 
     empty_first, empty_second = (prepare(spark, path, expected_version=1, seq=2) for _ in range(2))
-    engine_procedure.call(spark, "commit", token=empty_first["token"])
+    ask(spark, protocol.Commit(token=empty_first["token"]))
     with pytest.raises(Exception) as raised:
-        engine_procedure.call(spark, "commit", token=empty_second["token"])
+        ask(spark, protocol.Commit(token=empty_second["token"]))
     assert internals.is_concurrent_modification(raised.value)
     with pytest.raises(Exception, match=r"no prepared commit .* \(its commit failed: "):
-        engine_procedure.call(spark, "commit", token=empty_second["token"])
+        ask(spark, protocol.Commit(token=empty_second["token"]))
 
 
 @pytest.mark.parametrize(
@@ -197,6 +204,12 @@ def test_a_request_the_jvm_side_does_not_understand_is_refused(spark, request_, 
         spark.sql(f"CALL {engine_procedure.CATALOG}.system.net_change(request => '{literal}')").collect()
 
 
+class _CommitWithExtras(protocol.Commit):
+    """A commit request carrying fields the protocol does not define (this side would refuse them)."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+
 def test_a_request_reaches_the_jvm_side_unaltered_whatever_the_session_parses(spark) -> None:
     """Quotes, backslashes, ``${...}`` and non-ASCII text arrive as sent, even in a session that reads string
     literals raw and substitutes variables (a string literal in the SQL text would be altered)."""
@@ -207,7 +220,7 @@ def test_a_request_reaches_the_jvm_side_unaltered_whatever_the_session_parses(sp
         spark.conf.set(key, value)
     try:
         with pytest.raises(Exception) as refused:
-            engine_procedure.call(spark, "commit", token="t", **{field: 1})
+            engine_procedure.call(spark, _CommitWithExtras(token="t", **{field: 1}))
     finally:
         for key, value in previous.items():
             spark.conf.unset(key) if value is None else spark.conf.set(key, value)
@@ -230,11 +243,11 @@ class _Session:  # weak-referenceable and hashable, as the answers are kept by s
 def _asked(monkeypatch, answers: list[Exception | dict]) -> _Session:
     """A session whose describe calls answer (or raise) ``answers`` in turn."""
 
-    def describe(session: object, action: str, **fields: object) -> dict:
+    def describe(session: object, request: protocol.Request[Any]) -> protocol.Answer:
         answer = answers.pop(0)
         if isinstance(answer, Exception):
             raise answer
-        return answer
+        return request.answer(answer)
 
     monkeypatch.setattr(engine_procedure, "call", describe)
     monkeypatch.setattr(engine_procedure, "_checked", weakref.WeakKeyDictionary())
@@ -253,7 +266,7 @@ def _asked(monkeypatch, answers: list[Exception | dict]) -> _Session:
 def test_a_question_that_did_not_reach_the_jvm_is_asked_again(monkeypatch, lost: Exception) -> None:
     """A dropped connection while asking makes this refresh MERGE; the next refresh asks again, and then
     the answer is kept."""
-    answers: list[Exception | dict] = [lost, {"protocol": 1, "status": "ready"}]
+    answers: list[Exception | dict] = [lost, {"protocol": 1, "status": "ready", "actions": "describe"}]
     session = _asked(monkeypatch, answers)
     first = engine_procedure.unavailable_reason(session)  # type: ignore[arg-type]
     assert first is not None and first.startswith("the engine procedure could not be reached this time"), (

@@ -22,6 +22,7 @@ from airflow_provider_fkjoin.engine import ConcurrentRefreshError, run_spec
 from airflow_provider_fkjoin.engine.core.spec import TableRef
 from airflow_provider_fkjoin.engine.core.trace import phase_listener
 from airflow_provider_fkjoin.engine.delta.tables import DeltaHandle
+from airflow_provider_fkjoin.engine.runtime import engine_protocol as protocol
 from airflow_provider_fkjoin.engine.write import net_changes as change_writer
 from airflow_provider_fkjoin.engine.write.net_changes import MergeRequired, commit_net_changes, net_changes
 
@@ -164,11 +165,11 @@ def test_a_failed_commit_names_the_output_and_writes_nothing(spark, changed, mon
     call = change_writer.engine_procedure.call
     asked: list[str] = []
 
-    def failing_commit(session: SparkSession, action: str, **fields: Any) -> dict[str, Any]:
-        asked.append(action)
-        if action == "commit":
+    def failing_commit(session: SparkSession, request: protocol.Request[Any]) -> protocol.Answer:
+        asked.append(request.action)
+        if request.action == "commit":
             raise OSError("No space left on device")
-        return call(session, action, **fields)
+        return call(session, request)
 
     monkeypatch.setattr(change_writer.engine_procedure, "call", failing_commit)
     before = len(_commits(out))
@@ -298,8 +299,11 @@ def test_a_concurrent_refresh_that_changed_nothing_still_fails_the_other(spark, 
     def another_run_commits_first(name: str) -> None:
         if name == "committing":
             request = {"output": str(out), "app_id": log.app_id, "seq": log.last_seq + 1, "replaced": False}
-            empty = engine_procedure.call(spark, "prepare", expected_version=log.latest_version, **request)
-            engine_procedure.call(spark, "commit", token=empty["token"])
+            empty = engine_procedure.call(
+                spark, protocol.Prepare(expected_version=log.latest_version, **request)
+            )
+            assert empty.token is not None
+            engine_procedure.call(spark, protocol.Commit(token=empty.token))
 
     before = len(_commits(out))
     with phase_listener(another_run_commits_first), pytest.raises(ConcurrentRefreshError, match="retry"):

@@ -30,12 +30,13 @@ from ..core.planning import InputState, schema_columns
 from ..core.spec import RESERVED_PREFIX, TableRef, quote
 from ..deltalog.watermarks import history_of
 from ..runtime import engine_procedure, internals
+from ..runtime.engine_protocol import FILE_COLUMN, ROW_COLUMN, FeedSize, Files
 from ..runtime.session import is_connect
 
 _log = logging.getLogger(__name__)
 
 #: The columns :meth:`DeltaHandle.read_with_positions` adds: each row's data file and row index in it.
-ROW_POSITION_COLUMNS = ("_fkjoin_file", "_fkjoin_row")
+ROW_POSITION_COLUMNS = (FILE_COLUMN, ROW_COLUMN)
 
 CDF_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp")
 
@@ -101,9 +102,9 @@ class WarmFileReads:
                 return None
             view = f"fkjoin_files_{len(self.views)}_{engine_procedure.request_suffix()}"
             answer = engine_procedure.call(
-                self.spark, "files", path=path, version=version, view=view, positions=positions
+                self.spark, Files(path=path, version=version, view=view, positions=positions)
             )
-            self.sources.append(str(answer.get("source")))
+            self.sources.append(answer.source)
             self.views[(path, version, positions)] = view
         return self.spark.table(view)
 
@@ -134,11 +135,12 @@ def feed_bytes(tables: list[tuple[DeltaHandle, int, int]]) -> list[int | None]:
         return found
     answer = engine_procedure.call(
         tables[asked[0]][0].spark,
-        "feed_size",
-        tables=[{"path": tables[i][0].ref.path, "after": tables[i][1], "to": tables[i][2]} for i in asked],
+        FeedSize(
+            tables=[{"path": tables[i][0].ref.path, "after": tables[i][1], "to": tables[i][2]} for i in asked]
+        ),
     )
-    for index, size in zip(asked, answer["sizes"], strict=True):
-        found[index] = int(size) if int(size) >= 0 else None
+    for index, size in zip(asked, answer.sizes, strict=True):
+        found[index] = size if size >= 0 else None
     return found
 
 

@@ -21,7 +21,7 @@ touch 632 of 1,000 files), so an index stored in Delta costs what scanning the i
 
     >>> warm = WarmState(spark, output_handle)
     >>> warm.lookup(...)  # doctest: +SKIP
-    WarmLookup(token='3f2a...', left=DataFrame[...], right=DataFrame[...], positions=DataFrame[...])
+    StateLookup(token='3f2a...', left=DataFrame[...], right=DataFrame[...], positions=DataFrame[...])
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from pyspark.sql import functions as F
 
 from ..core.spec import quote
 from ..runtime import engine_procedure
+from ..runtime import engine_protocol as protocol
 from ..runtime.session import size_bytes
 from .changes import ChangedKeys
 from .tables import DeltaHandle
@@ -64,7 +65,7 @@ LOOKUP_COUNTS = (
 )
 
 #: The feed's inserts less deletes per key (see :func:`.changes.changed_keys_of`).
-NET = "_fkjoin_net"
+NET = protocol.NET_COLUMN
 
 
 @dataclass(frozen=True)
@@ -77,7 +78,7 @@ class SideVersions:
 
 
 @dataclass
-class WarmLookup:
+class StateLookup:
     """What the warm state found for one refresh: the current left rows it affects (``left``), the right
     rows they and their previous versions reference (``right``), and the output positions of the affected
     keys (``positions``: key, ``_fkjoin_file``, ``_fkjoin_row``), as temporary views in the session."""
@@ -121,16 +122,19 @@ class WarmState:
         if self.available() is not None:
             return False
         held = engine_procedure.call(
-            self.spark, "warm_peek", state=self.name, output={"id": output_id, "version": output_version}
+            self.spark,
+            protocol.WarmPeek(state=self.name, output={"id": output_id, "version": output_version}),
         )
-        if held.get("status") != "held":
+        if held.status != protocol.Status.HELD or held.output is None:
             return False
-        output = held["output"]
-        if output["id"] != output_id or int(output["version"]) > output_version:
+        if held.output["id"] != output_id or int(held.output["version"]) > output_version:
             return False
+        sides = {"left": held.left, "right": held.right}
         return all(
-            held[side]["id"] == versions.table_id and int(held[side]["version"]) == versions.after
-            for side, versions in inputs.items()
+            (side := sides.get(name)) is not None
+            and side["id"] == versions.table_id
+            and int(side["version"]) == versions.after
+            for name, versions in inputs.items()
         )
 
     def lookup(
@@ -141,7 +145,7 @@ class WarmState:
         right: SideVersions,
         left_changes: tuple[ChangedKeys, DataFrame | None],
         right_changes: tuple[ChangedKeys, DataFrame | None],
-    ) -> WarmLookup | str:
+    ) -> StateLookup | str:
         """The affected rows for changes read from ``left.after``/``right.after`` (each side's changed
         keys and their rows at the pinned version), or why the state cannot serve (a str)."""
         sides = {}
@@ -159,26 +163,28 @@ class WarmState:
         views = {role: self.views.name(f"warm_{role}") for role in ("left", "right", "positions")}
         answer = engine_procedure.call(
             self.spark,
-            "warm_lookup",
-            state=self.name,
-            output={"id": output_id, "version": output_version},
-            left=sides["left"],
-            right=sides["right"],
-            views=views,
+            protocol.WarmLookup(
+                state=self.name,
+                output={"id": output_id, "version": output_version},
+                left=sides["left"],
+                right=sides["right"],
+                views=views,
+            ),
         )
-        status = answer.get("status")
-        if status == "duplicates":
-            return f"the {answer.get('side')} table's changes repeat {answer.get('repeats')} key(s)"
-        if status != "ready":
-            return str(answer.get("reason", status))
-        return WarmLookup(
-            token=str(answer["token"]),
+        if answer.status == protocol.Status.DUPLICATES:
+            return f"the {answer.side} table's changes repeat {answer.repeats} key(s)"
+        if answer.status != protocol.Status.READY or answer.token is None:
+            return answer.reason or str(answer.status)
+        figures = answer.model_dump(include=set(LOOKUP_COUNTS), exclude_none=True)
+        durable = answer.model_dump(include={"loaded", "persisted", "persist_error"}, exclude_none=True)
+        return StateLookup(
+            token=answer.token,
             left=self.spark.table(views["left"]),
             right=self.spark.table(views["right"]),
             positions=self.spark.table(views["positions"]),
-            counts={k: int(answer[k]) for k in LOOKUP_COUNTS if k in answer},
-            built_s=int(answer["built_ms"]) / 1000 if "built_ms" in answer else None,
-            durable={k: answer[k] for k in ("loaded", "persisted", "persist_error") if k in answer} or None,
+            counts=figures,
+            built_s=answer.built_ms / 1000 if answer.built_ms is not None else None,
+            durable=durable or None,
         )
 
     def advance(
@@ -187,12 +193,19 @@ class WarmState:
         """Apply a lookup's changes after the refresh committed ``version``: the keys whose output rows
         were replaced or deleted (``removed``) lose their positions, the data files the commit ``added``
         give the new ones, and a compaction after it is followed. None, or why the state was dropped."""
-        fields: dict[str, Any] = {"output": self.name, "version": version, "added": list(added)}
-        if removed is not None:
-            fields["removed"] = self.views.add("warm_removed", removed)
-        answer = engine_procedure.call(self.spark, "warm_advance", state=self.name, token=token, **fields)
-        if answer.get("status") != "advanced":
-            return str(answer.get("reason", answer.get("status")))
+        answer = engine_procedure.call(
+            self.spark,
+            protocol.WarmAdvance(
+                state=self.name,
+                token=token,
+                output=self.name,
+                version=version,
+                added=list(added),
+                removed=self.views.add("warm_removed", removed) if removed is not None else None,
+            ),
+        )
+        if answer.status != protocol.Status.ADVANCED:
+            return answer.reason or str(answer.status)
         return None
 
     def build(
@@ -201,7 +214,7 @@ class WarmState:
         output_version: int,
         left: tuple[str, int, DataFrame, list[str], list[str]],
         right: tuple[str, int, DataFrame, list[str]],
-    ) -> dict[str, Any]:
+    ) -> protocol.Answer:
         """Hold the inputs' rows (``left``: table id, version, rows with their foreign-key columns, key and
         foreign-key column names; ``right``: id, version, rows, key) and the output's positions at
         ``output_version``: one scan of each, on a JVM thread of its own, so the refresh that asks does
@@ -211,7 +224,7 @@ class WarmState:
         left_id, left_version, left_rows, left_key, fk = left
         right_id, right_version, right_rows, right_key = right
         positions = self.output.read_with_positions(output_version).select(
-            *[quote(c) for c in left_key], "_fkjoin_file", "_fkjoin_row"
+            *[quote(c) for c in left_key], protocol.FILE_COLUMN, protocol.ROW_COLUMN
         )
         try:
             sizes = {
@@ -223,10 +236,10 @@ class WarmState:
                 if (value := self.spark.conf.get(conf, None))
             }
         except ValueError as error:
-            return {"status": "refused", "reason": str(error)}
-        return engine_procedure.call(
-            self.spark,
-            "warm_build",
+            return protocol.Answer(
+                protocol=protocol.PROTOCOL, status=protocol.Status.REFUSED, reason=str(error)
+            )
+        request = protocol.WarmBuild(
             state=self.name,
             left={
                 "id": left_id,
@@ -248,16 +261,17 @@ class WarmState:
             },
             **sizes,
         )
+        return engine_procedure.call(self.spark, request)
 
-    def settle(self) -> dict[str, Any]:
+    def settle(self) -> protocol.WarmSettleAnswer:
         """Wait for the state's build under way and its durable copies' uploads: a process about to end
         (``fkjoin run``) asks, so that the next JVM loads the state instead of building it."""
-        return engine_procedure.call(self.spark, "warm_settle", state=self.name)
+        return engine_procedure.call(self.spark, protocol.WarmSettle(state=self.name))
 
     def drop(self) -> None:
         """Forget the output's state in this JVM (the next refresh loads its durable copy when that still
         matches, or builds it again)."""
-        engine_procedure.call(self.spark, "warm_drop", state=self.name)
+        engine_procedure.call(self.spark, protocol.WarmDrop(state=self.name))
 
     def release(self) -> None:
         """Drop this refresh's temporary views (the state itself stays in the JVM)."""

@@ -27,7 +27,6 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from ..core.cost_history import PlanChoice
 from ..core.errors import SpecError
 from ..core.planning import InputState, RefreshPlan
 from ..core.spec import ForeignKeyJoinSpec, SourceRef, quote
@@ -53,17 +52,17 @@ from ..delta.tables import (
     DeltaHandle,
     TableState,
     cdf_off_warnings,
-    feed_bytes,
     input_frame,
     key_is_null,
     pinned_input,
     require_columns,
 )
-from ..delta.warm_state import SETTLE_CONF, SideVersions, WarmLookup, WarmState
+from ..delta.warm_state import StateLookup
 from ..refresh.skeleton import KindRefresh, Recomputed, RefreshContext, Written
+from ..refresh.store import StateInputs, StateSide
 from ..runtime.expressions import analysed, check_expressions, schema_probe
 from ..write.merge import PRESENT, Commit, CommitRequest, write_full_output
-from ..write.net_changes import CHANGE, NetChanges, net_changes
+from ..write.net_changes import NetChanges, net_changes
 
 SIDES = ("left", "right")
 FK_PREFIX = "_fkjoin_fk"
@@ -339,8 +338,6 @@ class ForeignKeyJoinRefresh(KindRefresh):
     sizes: dict[str, int | None]
     sides: dict[str, JoinInput]
     shape: FkJoinShape
-    #: The result's ``warm_state`` (with ``warm_state: true`` in the spec): used, why not, built.
-    warm_report: dict[str, Any] | None = None
 
     def prepare(self, states: dict[str, TableState]) -> dict[str, InputState]:
         spec, handles = self.spec, self.handles
@@ -369,99 +366,33 @@ class ForeignKeyJoinRefresh(KindRefresh):
     def noop_rows(self) -> dict[str, Any]:
         return _rows()
 
-    @property
-    def warm(self) -> bool:
-        """Whether the spec keeps a warm state (``warm_state: true``)."""
-        return bool(getattr(self.spec, "warm_state", False))
-
-    def preferred_strategy(self) -> PlanChoice | None:
-        if not self.warm:
+    def state_inputs(self) -> StateInputs | None:
+        """The join state of KIP-213's stores, with ``warm_state: true``: the left rows by key with their
+        foreign keys, and the right rows by key (see :mod:`..refresh.store`)."""
+        if not getattr(self.spec, "warm_state", False):
             return None
-        return PlanChoice(
-            "incremental",
-            "warm_state: true in the spec: the incremental plan looks up what it would scan",
-            "state",
-        )
-
-    def result_fields(
-        self, refresh: RefreshContext, plan: RefreshPlan, output_version: int
-    ) -> dict[str, Any]:
-        if not self.warm:
-            return {}
-        report = self.warm_report or {"used": False, "reason": "nothing was committed"}
-        return {"warm_state": report}
-
-    def warm_bytes(self, refresh: RefreshContext, plan: RefreshPlan) -> int | None:
-        """The change feeds' bytes, when the engine's JVM holds a warm state this refresh can use."""
-        if not self.warm or refresh.log.table_id is None or refresh.log.latest_version is None:
-            return None
-        if any(side.changelog is not None for side in self.sides.values()):
-            return None
-        versions = self._side_versions(plan)
-        if not WarmState(self.spark, self.output).serves(
-            refresh.log.table_id, refresh.log.latest_version, versions
-        ):
-            return None
-        sizes = feed_bytes([(self.handles[s], v.after, v.to) for s, v in versions.items()])
-        return None if None in sizes else sum(size or 0 for size in sizes)
-
-    def _side_versions(self, plan: RefreshPlan) -> dict[str, SideVersions]:
-        return {
-            side: SideVersions(self.table_ids[side], plan.from_versions[side] or 0, self.to_versions[side])
-            for side in SIDES
-        }
-
-    def committed(self, refresh: RefreshContext, plan: RefreshPlan, commit: Commit) -> None:
-        """With a warm state that this refresh did not advance, build it at the versions just committed;
-        in a process about to end (:data:`SETTLE_CONF`), wait for the state's durable copy."""
-        if not self.warm:
-            return
-        if not (self.warm_report or {}).get("advanced"):
-            self._build_state(plan)
-        if str(self.spark.conf.get(SETTLE_CONF, "false")).lower() != "true" or self.warm_report is None:
-            return
-        warm = WarmState(self.spark, self.output)
-        if warm.available() is None:
-            phase("warm_state_settling")
-            answer = warm.settle()
-            self.warm_report["settled"] = {k: v for k, v in answer.items() if k != "protocol"}
-
-    def _build_state(self, plan: RefreshPlan) -> None:
-        """Ask the engine's JVM to build the state at the versions just committed (in the background)."""
-        report = self.warm_report or {"used": False, "reason": f"a {plan.mode} refresh"}
-        self.warm_report = report
-        if any(side.changelog is not None for side in self.sides.values()):
-            report["built"] = {"status": "refused", "reason": "a changelog input has no warm state"}
-            return
-        warm = WarmState(self.spark, self.output)
-        unavailable = warm.available()
-        if unavailable is not None:
-            report["built"] = {"status": "refused", "reason": unavailable}
-            return
-        phase("warm_state_building")
         shape, sides = self.shape, self.sides
-        output = self.output.state()
-        try:
-            answer = warm.build(
-                output.table_id,
-                output.version,
-                (
+        changelog = any(side.changelog is not None for side in sides.values())
+        return StateInputs(
+            {
+                "left": StateSide(
+                    self.handles["left"],
                     self.table_ids["left"],
                     self.to_versions["left"],
-                    _with_fk(sides["left"].rows, shape),
                     list(shape.left_key),
-                    list(shape.fk_columns),
+                    lambda: _with_fk(sides["left"].rows, shape),
+                    fk=list(shape.fk_columns),
                 ),
-                (
+                "right": StateSide(
+                    self.handles["right"],
                     self.table_ids["right"],
                     self.to_versions["right"],
-                    sides["right"].rows.where(~key_is_null(shape.right_key)),
                     list(shape.right_key),
+                    lambda: sides["right"].rows.where(~key_is_null(shape.right_key)),
                 ),
-            )
-        finally:
-            warm.release()
-        report["built"] = {k: v for k, v in answer.items() if k != "protocol"}
+            },
+            refused="a changelog input has no warm state" if changelog else None,
+        )
 
     def incremental(self, refresh: RefreshContext, plan: RefreshPlan) -> Written:
         return Written(*self._incremental(plan, refresh))
@@ -551,10 +482,15 @@ class ForeignKeyJoinRefresh(KindRefresh):
             raise
         cached: list[DataFrame] = []
         net: NetChanges | None = None
-        warm = WarmState(self.spark, self.output) if self.warm and direct else None
+        store = refresh.store if direct else None
         try:
             phase("changes_read")
-            found = self._warm_lookup(warm, plan, refresh, left_changes, right_changes) if warm else None
+            found = None
+            if store is not None:
+                left_after = None if left_changes.after is None else _with_fk(left_changes.after, shape)
+                found = store.lookup(
+                    plan, refresh, (left_changes, left_after), (right_changes, right_changes.after)
+                )
             affected = self._affected(left_changes, right_changes, cached, found)
             if direct:
                 old = self._previous_output(affected, left_changes, right_changes)
@@ -568,15 +504,10 @@ class ForeignKeyJoinRefresh(KindRefresh):
                 recomputed = affected.verify()
                 return source
 
-            positions = found.positions if found is not None else None
             commit = refresh.write(
-                net, shape.left_key, shape.value_columns, request, merge_source, positions=positions
+                net, shape.left_key, shape.value_columns, request, merge_source, found=found
             )
-            if warm is not None and found is not None and net is not None:
-                self._warm_advance(warm, found, commit, net)
         finally:
-            if warm is not None:
-                warm.release()
             if net is not None:
                 net.release()
             for frame in cached:
@@ -595,71 +526,12 @@ class ForeignKeyJoinRefresh(KindRefresh):
         )
         return commit, rows
 
-    def _warm_lookup(
-        self,
-        warm: WarmState,
-        plan: RefreshPlan,
-        refresh: RefreshContext,
-        left_changes: ChangedKeys,
-        right_changes: ChangedKeys,
-    ) -> WarmLookup | None:
-        """The warm state's answer for this refresh's changes, or None (the report says why) when it
-        cannot serve: the refresh then scans, and builds the state again after its commit."""
-        unavailable = warm.available()
-        if unavailable is not None:
-            self.warm_report = {"used": False, "reason": unavailable}
-            return None
-        shape = self.shape
-        assert refresh.log.table_id is not None and refresh.log.latest_version is not None
-        versions = self._side_versions(plan)
-        left_after = None if left_changes.after is None else _with_fk(left_changes.after, shape)
-        found = warm.lookup(
-            refresh.log.table_id,
-            refresh.log.latest_version,
-            versions["left"],
-            versions["right"],
-            (left_changes, left_after),
-            (right_changes, right_changes.after),
-        )
-        if isinstance(found, str):
-            self.warm_report = {"used": False, "reason": found}
-            return None
-        self.warm_report = {"used": True, "reason": None, "lookup": found.counts}
-        if found.built_s is not None:
-            self.warm_report["built_in_s"] = found.built_s
-        if found.durable:
-            loaded = found.durable.get("loaded")
-            if loaded:
-                self.warm_report["loaded_in_s"] = int(loaded["loaded_ms"]) / 1000
-            self.warm_report["durable"] = found.durable
-        return found
-
-    def _warm_advance(self, warm: WarmState, found: WarmLookup, commit: Commit, net: NetChanges) -> None:
-        """Bring the warm state to this refresh's commit, or drop it when the commit is not one the state
-        can follow (written by MERGE)."""
-        report = self.warm_report
-        assert report is not None
-        if commit.write_path != "net_changes":
-            warm.drop()
-            report["reason"] = "the refresh was written by MERGE: the state is built again"
-            return
-        removed = net.frame.where(F.col(CHANGE).isin("update", "delete")).select(
-            *[quote(c) for c in self.shape.left_key]
-        )
-        problem = warm.advance(
-            found.token, commit.version, removed if net.updated + net.deleted else None, commit.added_files
-        )
-        if problem is None:
-            report["advanced"] = True
-        else:
-            report["reason"] = f"the state could not follow the commit ({problem}): it is built again"
-
     def _affected(
         self,
         left_changes: ChangedKeys,
         right_changes: ChangedKeys,
         cached: list[DataFrame],
-        warm: WarmLookup | None = None,
+        warm: StateLookup | None = None,
     ) -> Affected:
         """The affected left keys (changed, or pointing at a changed right key) and their new output rows.
 

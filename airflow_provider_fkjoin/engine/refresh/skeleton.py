@@ -20,7 +20,7 @@ import logging
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar
 
@@ -58,6 +58,7 @@ from ..delta.changes import ObservedKeys, verify_observed
 from ..delta.output_log import read_output_log
 from ..delta.ownership import Ownership
 from ..delta.tables import ROW_POSITION_COLUMNS, DeltaHandle, TableState, feed_bytes, warm_file_reads
+from ..delta.warm_state import StateLookup
 from ..runtime.session import (
     SMALL_REFRESH_BYTES_CONF,
     cluster_name,
@@ -75,6 +76,7 @@ from ..write.net_changes import (
     compact_output,
     net_changes,
 )
+from .store import JoinStateStore, StateInputs
 
 log = logging.getLogger(__name__)
 
@@ -119,6 +121,8 @@ class RefreshContext:
     #: The plan this refresh runs and what it reads (:func:`..core.cost_history.strategy_record`),
     #: recorded in its commit for the next refresh's estimate; None for a kind with one plan.
     strategy_record: dict[str, Any] | None = None
+    #: The output's join state, when its kind keeps one (:meth:`KindRefresh.state_inputs`).
+    store: JoinStateStore | None = None
 
     @property
     def started_at(self) -> str:
@@ -184,19 +188,24 @@ class RefreshContext:
         request: CommitRequest,
         merge_source: Callable[[], DataFrame],
         *,
-        positions: DataFrame | None = None,
+        found: StateLookup | None = None,
     ) -> Commit:
         """The incremental commit, by the one route every kind takes: ``net`` (the net changes, when the
         kind computed them because :meth:`direct_write_possible`) committed without MERGE, else, or when
-        that path cannot prove itself right, one MERGE of ``merge_source()`` (built only then).
+        that path cannot prove itself right, one MERGE of ``merge_source()`` (built only then). With
+        ``found`` (the join state's lookup), the affected keys' positions come from it, and the state is
+        brought up to the commit.
 
         >>> commit = refresh.write(net, ["order_id"], ["name"], request, lambda: merge_rows)  # doctest: +SKIP
         >>> commit.write_path  # doctest: +SKIP
         'net_changes'
         """
+        positions = found.positions if found is not None else None
         commit = self.commit_net_changes(net, key, request, positions=positions) if net is not None else None
         if commit is None:
             commit = merge_output(self.output, merge_source(), key, value_columns, request)
+        if found is not None and net is not None and self.store is not None:
+            self.store.advance(found, commit, net, key)
         return commit
 
     def commit_net_changes(
@@ -453,19 +462,14 @@ class KindRefresh(ABC):
 
     def preferred_strategy(self) -> PlanChoice | None:
         """The plan this refresh takes under ``refresh_strategy: auto`` whatever the cost estimate says,
-        why, and its ``basis`` (``state``: a warm state makes the incremental plan's scans lookups;
-        ``kind``: the kind's own reason); None: the estimate decides."""
+        why, and its ``basis`` (``kind``: the kind's own reason; a join state prefers its own,
+        :meth:`.store.JoinStateStore.preferred_plan`); None: the estimate decides."""
         return None
 
-    def warm_bytes(self, refresh: RefreshContext, plan: RefreshPlan) -> int | None:
-        """The bytes an incremental refresh reads when the kind serves it from state it keeps warm (its
-        change feeds only), or None: it reads its tables. A refresh that reads little runs as a small
-        one (:func:`..runtime.session.small_refresh`) whatever its tables' size."""
-        return None
-
-    def committed(self, refresh: RefreshContext, plan: RefreshPlan, commit: Commit) -> None:
-        """Called once the refresh committed (any path, before the result is built): a kind that keeps
-        state beside the output (a warm state) brings it up to the commit here."""
+    def state_inputs(self) -> StateInputs | None:
+        """What this output's join state holds, when its spec keeps one (``warm_state: true``), read
+        after :meth:`prepare`: the skeleton opens the store (:class:`.store.JoinStateStore`), the kind's
+        incremental path asks it (``refresh.store.lookup``) and the commit advances it. None: no state."""
         return None
 
     def allows_replace(self, options: RunOptions) -> bool:
@@ -488,6 +492,8 @@ class KindRefresh(ABC):
         """The result dict; ``commit`` is None for a noop. A keyed output's reports its write path."""
         version = commit.version if commit is not None else refresh.previous_output_version
         fields = self.result_fields(refresh, plan, version)
+        if refresh.store is not None:
+            fields["warm_state"] = refresh.store.result()
         if not self.append_only:
             fields["write_path"] = commit.write_path if commit is not None else None
             fields["compacted"] = commit.compacted if commit is not None else False
@@ -561,11 +567,30 @@ def _refresh_pinned(
         kind.consumed(current),
         append_only=kind.append_only,
     )
+    inputs = kind.state_inputs()
+    if inputs is not None:
+        refresh = replace(refresh, store=JoinStateStore(kind.spark, kind.output, inputs))
     if plan.mode == "noop":
         phase("committed")
         return kind.result(refresh, plan, None, kind.noop_rows())
-    warm = kind.warm_bytes(refresh, plan) if plan.mode == "incremental" else None
-    read_bytes = warm if warm is not None else _table_bytes(kind, states, refresh)
+    try:
+        return _refresh_planned(kind, options, refresh, plan, current, states)
+    finally:
+        if refresh.store is not None:
+            refresh.store.release()
+
+
+def _refresh_planned(
+    kind: KindRefresh,
+    options: RunOptions,
+    refresh: RefreshContext,
+    plan: RefreshPlan,
+    current: dict[str, InputState],
+    states: dict[str, TableState],
+) -> RefreshResult:
+    store = refresh.store
+    served = store.serving_bytes(refresh, plan) if store is not None and plan.mode == "incremental" else None
+    read_bytes = served if served is not None else _table_bytes(kind, states, refresh)
     strategy, learned = _strategy(kind, refresh, plan, states) if plan.mode == "incremental" else (None, None)
     whole_tables = plan.mode == "full" or (strategy is not None and strategy["chosen"] == "recompute")
     with small_refresh(kind.spark, read_bytes, whole_tables=whole_tables) as settings:
@@ -620,7 +645,7 @@ def _write(
             plan = RefreshPlan("full", str(unavailable), dict.fromkeys(current))
         else:
             phase("committed")
-            kind.committed(refresh, plan, written.commit)
+            _after_commit(refresh, plan)
             if written.reason is not None:
                 plan = RefreshPlan(plan.mode, written.reason, plan.from_versions)
             result = kind.result(refresh, plan, written.commit, written.rows)
@@ -637,8 +662,15 @@ def _write(
         )
     written = kind.full(refresh, plan)
     phase("committed")
-    kind.committed(refresh, plan, written.commit)
+    _after_commit(refresh, plan)
     return kind.result(refresh, plan, written.commit, written.rows)
+
+
+def _after_commit(refresh: RefreshContext, plan: RefreshPlan) -> None:
+    """Once the refresh committed (any path, before the result is built): the join state builds itself
+    when the refresh did not advance it, and settles in a process about to end."""
+    if refresh.store is not None:
+        refresh.store.after_commit(plan)
 
 
 def _strategy(
@@ -661,7 +693,9 @@ def _strategy(
         unknown = "a change feed's or a table's size is unknown"
     else:
         learned = learned_estimate(features, cost_model(kind.spark), list(refresh.log.costs), cluster)
-    preferred = kind.preferred_strategy() if requested == "auto" else None
+    preferred = None
+    if requested == "auto":
+        preferred = refresh.store.preferred_plan() if refresh.store is not None else kind.preferred_strategy()
     if preferred is not None:
         choice = preferred
     else:

@@ -3,17 +3,17 @@
 The net-change commit builds a Delta transaction by hand (deletion vectors, new rows, change data and a
 ``SetTransaction`` in one commit), which needs Delta's internal classes. They run in the JVM, in
 ``jvm/src/main/java`` (built into :data:`.packaging.ENGINE_JAR` by the set-up script), registered in a
-session as a Spark catalog with one procedure, ``net_change(request)``. A SQL ``CALL`` reaches it from a
+session as a Spark catalog with one procedure, :data:`PROCEDURE`. A SQL ``CALL`` reaches it from a
 classic session and from a Spark Connect client alike, so both run one implementation; the request and
-the answer are small JSON objects of :data:`PROTOCOL`.
+the answer are small JSON objects, typed on this side by :mod:`.engine_protocol`.
 
 A session whose JVM lacks the jar (a Connect server someone else started, a session built without it)
 has no procedure: :func:`unavailable_reason` says so, and the refresh is written by MERGE instead.
 
     >>> unavailable_reason(spark) is None
     True
-    >>> call(spark, "describe")["status"]
-    'ready'
+    >>> call(spark, Describe()).status
+    <Status.READY: 'ready'>
 """
 
 from __future__ import annotations
@@ -24,7 +24,10 @@ import uuid
 import weakref
 from typing import Any
 
+from pydantic import ValidationError
 from pyspark.sql import DataFrame, SparkSession
+
+from .engine_protocol import PROTOCOL, AnswerT, Describe, Request, Status
 
 log = logging.getLogger(__name__)
 
@@ -32,8 +35,8 @@ log = logging.getLogger(__name__)
 CATALOG = "fkjoin_engine"
 #: The catalog class in the engine's jar.
 CATALOG_CLASS = "io.github.fkjoin.engine.EngineCatalog"
-#: The request format both sides speak; the JVM side refuses any other.
-PROTOCOL = 1
+#: The procedure's name in the catalog (``net_change``, its first name, still answers).
+PROCEDURE = "net_change"
 
 _checked: weakref.WeakKeyDictionary[SparkSession, str | None] = weakref.WeakKeyDictionary()
 _actions: weakref.WeakKeyDictionary[SparkSession, frozenset[str]] = weakref.WeakKeyDictionary()
@@ -64,10 +67,10 @@ def unavailable_reason(spark: SparkSession) -> str | None:
         return _checked[spark]
     reason: str | None = None
     try:
-        answer = call(spark, "describe")
-        if answer.get("status") != "ready":
+        answer = call(spark, Describe())
+        if answer.status != Status.READY:
             reason = f"the engine jar answered {answer!r}"
-        _actions[spark] = frozenset(str(answer.get("actions", "")).split(","))
+        _actions[spark] = frozenset(answer.actions.split(","))
     except EngineProcedureError as error:  # a jar of another protocol
         reason = f"the Spark session's engine jar does not fit ({error})"
     except Exception as error:
@@ -109,8 +112,8 @@ class EngineProcedureError(RuntimeError):
     """The JVM side answered something this side does not understand."""
 
 
-def call(spark: SparkSession, action: str, **fields: Any) -> dict[str, Any]:
-    """Run one request (``action`` and its ``fields``) and return the JVM side's answer.
+def call(spark: SparkSession, request: Request[AnswerT]) -> AnswerT:
+    """Run one request (:mod:`.engine_protocol`) and return the JVM side's typed answer.
 
     The request travels in the SQL text as a hex literal decoded on the server (``decode(unhex('7b22...'),
     'UTF-8')``): a string literal would be altered by a session that sets
@@ -118,24 +121,30 @@ def call(spark: SparkSession, action: str, **fields: Any) -> dict[str, Any]:
     bind parameter markers inside ``CALL``. It never holds row values, only table locations, view names,
     versions and counts.
 
-    >>> call(spark, "abort", token="0b6d...")
-    {'protocol': 1, 'status': 'aborted'}
+    >>> call(spark, Abort(token="0b6d..."))
+    Answer(protocol=1, status=<Status.ABORTED: 'aborted'>, reason=None)
     """
     _register(spark)
-    request = json.dumps({"protocol": PROTOCOL, "action": action, **fields}, separators=(",", ":"))
-    encoded = request.encode("utf-8").hex()
+    action = request.action
+    encoded = json.dumps(request.wire(), separators=(",", ":")).encode("utf-8").hex()
     rows = spark.sql(
-        f"CALL {CATALOG}.system.net_change(request => decode(unhex('{encoded}'), 'UTF-8'))"
+        f"CALL {CATALOG}.system.{PROCEDURE}(request => decode(unhex('{encoded}'), 'UTF-8'))"
     ).collect()
     if len(rows) != 1:
-        raise EngineProcedureError(f"net_change {action}: expected one answer row, got {len(rows)}")
+        raise EngineProcedureError(f"{PROCEDURE} {action}: expected one answer row, got {len(rows)}")
     answer = json.loads(rows[0][0])
     if answer.get("protocol") != PROTOCOL:
         raise EngineProcedureError(
-            f"net_change {action}: the engine jar speaks protocol {answer.get('protocol')}, not {PROTOCOL}; "
+            f"{PROCEDURE} {action}: the engine jar speaks protocol {answer.get('protocol')}, not {PROTOCOL}; "
             "use the jar built from the same airflow-provider-fkjoin version"
         )
-    return dict(answer)
+    try:
+        return request.answer(answer)
+    except ValidationError as error:
+        raise EngineProcedureError(
+            f"{PROCEDURE} {action}: the engine jar's answer does not fit this side ({error}); use the jar "
+            "built from the same airflow-provider-fkjoin version"
+        ) from None
 
 
 class RequestViews:

@@ -50,6 +50,7 @@ from ..core.trace import phase
 from ..delta.changes import maybe_broadcast
 from ..delta.tables import ROW_POSITION_COLUMNS, DeltaHandle, values_equal
 from ..runtime import engine_procedure, internals
+from ..runtime import engine_protocol as protocol
 from ..runtime.commit_settings import metadata_settings, session_settings, without_commit_metadata
 from ..runtime.internals import observation_metrics
 from ..runtime.session import is_connect
@@ -67,9 +68,9 @@ SMALL_FILE_SHARE = 0.25
 DELETED_ROWS_RATIO = 0.05
 DV_MIN_ROWS = 100_000
 
-CHANGE = "_fkjoin_change"
+CHANGE = protocol.CHANGE_COLUMN
 #: How many rows the output must hold for the key before the commit (1 when it had a previous row).
-EXPECTED = "_fkjoin_expected"
+EXPECTED = protocol.EXPECTED_COLUMN
 PRE_IMAGE = "_fkjoin_pre_"
 _OLD, _NEW = "_fkjoin_had", "_fkjoin_has"
 
@@ -228,7 +229,7 @@ def _key_condition(left: str, right: str, key: list[str], null_safe: bool) -> Co
 
 
 #: Two independent 64-bit hashes of a key, summed as decimals: the fingerprint of a set of keys.
-HASHES = ("_fkjoin_h1", "_fkjoin_h2")
+HASHES = protocol.HASH_COLUMNS
 
 
 def key_hashes(key: list[str]) -> list[Column]:
@@ -307,27 +308,30 @@ def commit_net_changes(
     try:
         prepared = engine_procedure.call(
             spark,
-            "prepare",
-            output=output.storage_path(),
-            expected_version=expected_version,
-            app_id=app_id,
-            seq=seq,
-            located=views.add("located", _located(live, changes, key)) if changes.keys else None,
-            replaced=bool(changes.updated or changes.deleted),
-            rows=views.add("rows", _rows_to_write(changes.frame, table_columns)) if changes.total else None,
-            proof=changes.proof.as_request() if changes.proof is not None else None,
+            protocol.Prepare(
+                output=output.storage_path(),
+                expected_version=expected_version,
+                app_id=app_id,
+                seq=seq,
+                located=views.add("located", _located(live, changes, key)) if changes.keys else None,
+                replaced=bool(changes.updated or changes.deleted),
+                rows=views.add("rows", _rows_to_write(changes.frame, table_columns))
+                if changes.total
+                else None,
+                proof=changes.proof.as_request() if changes.proof is not None else None,
+            ),
         )
-        if prepared["status"] == "merge_required":
-            raise MergeRequired(prepared["reason"])
-        token = prepared["token"]
-        layout = file_layout(prepared["files"])
+        if prepared.status == protocol.Status.MERGE_REQUIRED or prepared.token is None:
+            raise MergeRequired(prepared.reason or f"the engine jar answered {prepared.status}")
+        token = prepared.token
+        layout = file_layout(prepared.files)
         compact = layout["small_files"] >= COMPACT_SMALL_FILES or layout["files_over_ratio"] > 0
         phase("committing")
         counts = {"inserted": changes.inserted, "updated": changes.updated, "deleted": changes.deleted}
         with metadata_settings(spark, with_row_counts(user_metadata, counts)):
-            committed = engine_procedure.call(spark, "commit", token=token)
+            committed = engine_procedure.call(spark, protocol.Commit(token=token))
         token = None
-        return NetCommit(int(committed["version"]), compact, tuple(committed.get("added", ())))
+        return NetCommit(committed.version, compact, tuple(committed.added))
     except Exception as error:
         if internals.is_concurrent_modification(error):
             raise ConcurrentRefreshError(
@@ -340,7 +344,7 @@ def commit_net_changes(
     finally:
         try:
             if token is not None:
-                engine_procedure.call(spark, "abort", token=token)
+                engine_procedure.call(spark, protocol.Abort(token=token))
         except Exception as error:  # the refresh's own error matters; the JVM side drops it in time
             log.warning("output %s: aborting the prepared commit failed: %s", output.location, error)
         finally:
@@ -385,7 +389,7 @@ def _require_columns(
 
 
 def file_layout(
-    files: list[list[Any]], *, small_file_share: float | None = None, dv_min_rows: int | None = None
+    files: list[list[int | None]], *, small_file_share: float | None = None, dv_min_rows: int | None = None
 ) -> dict[str, int]:
     """How an output's files stand, from the transaction's file list (``[size, rows or None, rows hidden
     by deletion vectors]`` per file; no Spark job): ``files``; ``small_files``, under

@@ -1,0 +1,199 @@
+"""The join state an output keeps beside it, driven by the refresh skeleton: a kind asks it, never runs it.
+
+Kafka Streams' processors ask a store by name and never open, restore, flush or checkpoint it: the
+runtime does. Here a kind declares what its state holds (:class:`StateInputs`, from
+:meth:`.skeleton.KindRefresh.state_inputs`); the skeleton opens a :class:`JoinStateStore` for the
+refresh, asks it what the refresh will read and which plan it prefers, the kind asks it for the rows a
+change affects (:meth:`JoinStateStore.lookup`), the commit brings it up to date
+(:meth:`JoinStateStore.advance`), and after the commit the skeleton has it build itself when it could
+not follow, waits for its durable copy in a process about to end (:data:`..delta.warm_state.SETTLE_CONF`),
+and puts its report in the result (``warm_state``). The state itself is the engine JVM's
+(:mod:`..delta.warm_state`).
+
+    >>> store = JoinStateStore(spark, output, kind.state_inputs())
+    >>> store.serving_bytes(refresh, plan)  # the change feeds' bytes: the state holds the rest
+    2114
+    >>> found = store.lookup(plan, refresh, (left_changes, left_after), (right_changes, None))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from ..core.cost_history import PlanChoice
+from ..core.planning import RefreshPlan
+from ..core.spec import quote
+from ..core.trace import phase
+from ..delta.changes import ChangedKeys
+from ..delta.tables import DeltaHandle, feed_bytes
+from ..delta.warm_state import SETTLE_CONF, SideVersions, StateLookup, WarmState
+from ..write.merge import Commit
+from ..write.net_changes import CHANGE, NetChanges
+
+if TYPE_CHECKING:
+    from .skeleton import RefreshContext
+
+#: The sides a join state holds.
+SIDES = ("left", "right")
+
+
+@dataclass(frozen=True)
+class StateSide:
+    """One input as the state holds it: its table and pinned version, its key, for the left side the
+    foreign-key columns, and its rows at that version (asked only when the state is built)."""
+
+    handle: DeltaHandle
+    table_id: str
+    version: int
+    key: list[str]
+    rows: Callable[[], DataFrame]
+    fk: list[str] | None = None
+
+
+@dataclass(frozen=True)
+class StateInputs:
+    """What a kind's join state holds (``sides``: ``left`` and ``right``), or why it can never serve
+    this spec (``refused``: a changelog input, whose latest state per key is not a table's)."""
+
+    sides: dict[str, StateSide]
+    refused: str | None = None
+
+
+class JoinStateStore:
+    """One output's join state for one refresh (see the module docstring). Every method returns rather
+    than raises when the state cannot serve: the refresh then runs its usual plan, and :attr:`report`
+    says why."""
+
+    def __init__(self, spark: SparkSession, output: DeltaHandle, inputs: StateInputs) -> None:
+        self.inputs = inputs
+        self.client = WarmState(spark, output)
+        self.spark = spark
+        #: The result's ``warm_state``: whether the state served and why not, and what it did.
+        self.report: dict[str, Any] | None = None
+
+    def preferred_plan(self) -> PlanChoice:
+        """The plan ``refresh_strategy: auto`` takes with a join state: the incremental one, whose scans
+        it turns into lookups."""
+        return PlanChoice(
+            "incremental",
+            "warm_state: true in the spec: the incremental plan looks up what it would scan",
+            "state",
+        )
+
+    def _versions(self, plan: RefreshPlan) -> dict[str, SideVersions]:
+        sides = self.inputs.sides
+        return {
+            name: SideVersions(sides[name].table_id, plan.from_versions[name] or 0, sides[name].version)
+            for name in SIDES
+        }
+
+    def serving_bytes(self, refresh: RefreshContext, plan: RefreshPlan) -> int | None:
+        """The change feeds' bytes when the JVM holds a state this refresh can use (no Spark job), else
+        None: the refresh reads its tables."""
+        if (
+            self.inputs.refused is not None
+            or refresh.log.table_id is None
+            or refresh.log.latest_version is None
+        ):
+            return None
+        versions = self._versions(plan)
+        if not self.client.serves(refresh.log.table_id, refresh.log.latest_version, versions):
+            return None
+        sizes = feed_bytes([(self.inputs.sides[name].handle, v.after, v.to) for name, v in versions.items()])
+        return None if None in sizes else sum(size or 0 for size in sizes)
+
+    def lookup(
+        self,
+        plan: RefreshPlan,
+        refresh: RefreshContext,
+        left: tuple[ChangedKeys, DataFrame | None],
+        right: tuple[ChangedKeys, DataFrame | None],
+    ) -> StateLookup | None:
+        """The rows and output positions this refresh's changes affect (each side's changed keys and
+        their rows at the pinned version), or None, the report saying why: the refresh then scans, and
+        the state is built again after its commit."""
+        unavailable = self.client.available() or self.inputs.refused
+        if unavailable is not None:
+            self.report = {"used": False, "reason": unavailable}
+            return None
+        assert refresh.log.table_id is not None and refresh.log.latest_version is not None
+        versions = self._versions(plan)
+        found = self.client.lookup(
+            refresh.log.table_id, refresh.log.latest_version, versions["left"], versions["right"], left, right
+        )
+        if isinstance(found, str):
+            self.report = {"used": False, "reason": found}
+            return None
+        report: dict[str, Any] = {"used": True, "reason": None, "lookup": found.counts}
+        if found.built_s is not None:
+            report["built_in_s"] = found.built_s
+        if found.durable:
+            loaded = found.durable.get("loaded")
+            if loaded:
+                report["loaded_in_s"] = int(loaded["loaded_ms"]) / 1000
+            report["durable"] = found.durable
+        self.report = report
+        return found
+
+    def advance(self, found: StateLookup, commit: Commit, net: NetChanges, key: list[str]) -> None:
+        """Bring the state to the refresh's commit, or drop it when the commit is not one it can follow
+        (written by MERGE): the keys ``net`` replaced or deleted lose their positions, the files the
+        commit added give the new ones."""
+        report = self.report
+        assert report is not None
+        if commit.write_path != "net_changes":
+            self.client.drop()
+            report["reason"] = "the refresh was written by MERGE: the state is built again"
+            return
+        removed = net.frame.where(F.col(CHANGE).isin("update", "delete")).select(*[quote(c) for c in key])
+        problem = self.client.advance(
+            found.token, commit.version, removed if net.updated + net.deleted else None, commit.added_files
+        )
+        if problem is None:
+            report["advanced"] = True
+        else:
+            report["reason"] = f"the state could not follow the commit ({problem}): it is built again"
+
+    def after_commit(self, plan: RefreshPlan) -> None:
+        """Once the refresh committed: build the state at the versions just committed when the refresh
+        did not advance it (in the background), and in a process about to end, wait for its durable
+        copy so that the next process loads it."""
+        if not (self.report or {}).get("advanced"):
+            self._build(plan)
+        if str(self.spark.conf.get(SETTLE_CONF, "false")).lower() != "true" or self.report is None:
+            return
+        if self.client.available() is None:
+            phase("warm_state_settling")
+            answer = self.client.settle()
+            self.report["settled"] = answer.model_dump(exclude={"protocol"}, exclude_none=True, mode="json")
+
+    def _build(self, plan: RefreshPlan) -> None:
+        report = self.report or {"used": False, "reason": f"a {plan.mode} refresh"}
+        self.report = report
+        unavailable = self.inputs.refused or self.client.available()
+        if unavailable is not None:
+            report["built"] = {"status": "refused", "reason": unavailable}
+            return
+        phase("warm_state_building")
+        left, right = self.inputs.sides["left"], self.inputs.sides["right"]
+        output = self.client.output.state()
+        answer = self.client.build(
+            output.table_id,
+            output.version,
+            (left.table_id, left.version, left.rows(), left.key, left.fk or []),
+            (right.table_id, right.version, right.rows(), right.key),
+        )
+        report["built"] = answer.model_dump(exclude={"protocol"}, exclude_none=True, mode="json")
+
+    def result(self) -> dict[str, Any]:
+        """The result's ``warm_state``."""
+        return self.report or {"used": False, "reason": "nothing was committed"}
+
+    def release(self) -> None:
+        """Drop the refresh's temporary views (the state stays in the JVM)."""
+        self.client.release()
