@@ -113,13 +113,17 @@ def _feed(spark: SparkSession, path: str, start: int, end: int) -> list[tuple[An
     return sorted((tuple(row) for row in feed.collect()), key=repr)
 
 
-@given(plan=plans(), adaptive=st.booleans())
-def test_refreshes_equal_recompute(spark: SparkSession, plan: dict[str, Any], adaptive: bool) -> None:
-    """Random change sequences refreshed into two outputs, one through the net-change commit and one
-    through MERGE: after every refresh each equals the join recomputed from scratch, and the two have
-    identical rows and identical change feeds, refresh after refresh; the net-change path really wrote
-    every incremental refresh of the first. Run as the small refreshes they are (adaptive execution off)
-    or, with ``adaptive``, as large ones are."""
+@given(plan=plans(), adaptive=st.booleans(), warm=st.booleans())
+def test_refreshes_equal_recompute(
+    spark: SparkSession, plan: dict[str, Any], adaptive: bool, warm: bool
+) -> None:
+    """Random change sequences refreshed into several outputs, one through the net-change commit, one
+    through MERGE, one recomputed and, with ``warm``, one served by its join state: after every refresh
+    each equals the join recomputed from scratch, and all have identical rows and identical change
+    feeds, refresh after refresh; the net-change path really wrote every incremental refresh of the
+    first. Run as the small refreshes they are (adaptive execution off) or, with ``adaptive``, as large
+    ones are. (The join state's output is drawn, not always there, for the test's time: its build and
+    durable copy cost about as much as the other three outputs together.)"""
     how = plan["how"]
     with tempfile.TemporaryDirectory(prefix="fkjoin-prop-") as root, small_refresh_bound(spark, adaptive):
         world = World(
@@ -133,11 +137,15 @@ def test_refreshes_equal_recompute(spark: SparkSession, plan: dict[str, Any], ad
                 "direct": OutputSpec(how=how, foreign_key=["fk"], strategy="incremental"),
                 "merge": OutputSpec(how=how, foreign_key=["fk"], write_path="merge"),
                 "recompute": OutputSpec(how=how, foreign_key=["fk"], strategy="recompute"),
-                "warm": OutputSpec(how=how, foreign_key=["fk"], strategy="incremental", warm_state=True),
+                **(
+                    {"warm": OutputSpec(how=how, foreign_key=["fk"], strategy="incremental", warm_state=True)}
+                    if warm
+                    else {}
+                ),
             },
         )
         world.create(plan["left"], plan["right"])
-        seen = {"direct": -1, "merge": -1, "recompute": -1, "warm": -1}
+        seen = dict.fromkeys(world.outputs, -1)
 
         def refresh() -> None:
             records = world.refresh()
@@ -151,8 +159,12 @@ def test_refreshes_equal_recompute(spark: SparkSession, plan: dict[str, Any], ad
                 assert results["recompute"]["write_path"] == "net_changes", results["recompute"]
                 assert results["recompute"]["strategy"]["chosen"] == "recompute", results["recompute"]
                 assert results["direct"]["strategy"]["chosen"] == "incremental", results["direct"]
-            assert results["direct"]["rows"] == results["merge"]["rows"] == results["warm"]["rows"]
-            if results["warm"]["mode"] == "incremental":
+            assert all(
+                result["rows"] == results["direct"]["rows"]
+                for name, result in results.items()
+                if name != "recompute"  # its counts are compared below; its other figures are its own
+            ), results
+            if warm and results["warm"]["mode"] == "incremental":
                 assert results["warm"]["write_path"] == "net_changes", results["warm"]
             for count in ("inserted", "updated", "deleted"):
                 assert results["recompute"]["rows"][count] == results["direct"]["rows"][count]
@@ -162,12 +174,12 @@ def test_refreshes_equal_recompute(spark: SparkSession, plan: dict[str, Any], ad
                 changed = version > seen[name]
                 feeds[name] = _feed(spark, world.out_path(name), seen[name] + 1, version) if changed else []
                 seen[name] = version
-            assert feeds["direct"] == feeds["merge"] == feeds["recompute"] == feeds["warm"]
+            assert all(feed == feeds["direct"] for feed in feeds.values()), feeds
             tables = {
                 name: sorted(spark.read.format("delta").load(world.out_path(name)).collect(), key=repr)
                 for name in world.outputs
             }
-            assert tables["direct"] == tables["merge"] == tables["recompute"] == tables["warm"]
+            assert all(table == tables["direct"] for table in tables.values()), tables
 
         def restart() -> None:
             """The warm output's JVM loses its state, as a restart does: the next refresh loads the
@@ -176,4 +188,4 @@ def test_refreshes_equal_recompute(spark: SparkSession, plan: dict[str, Any], ad
             state.settle()
             state.drop()
 
-        play(world, plan["steps"], refresh, restart)
+        play(world, plan["steps"], refresh, restart if warm else lambda: None)
