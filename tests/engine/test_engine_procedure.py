@@ -1,4 +1,4 @@
-"""The engine's JVM side (``jvm/``, the ``net_change`` procedure): every Delta internal the net-change
+"""The engine's JVM side (``jvm/``, the ``engine`` procedure): every Delta internal the net-change
 commit uses, exercised on the pinned versions through the same SQL call classic Spark and Spark Connect
 make, plus the protocol's refusals. An upgrade that changes Delta's internals fails here first."""
 
@@ -201,7 +201,8 @@ def test_a_request_the_jvm_side_does_not_understand_is_refused(spark, request_, 
     assert engine_procedure.unavailable_reason(spark) is None  # the session names the engine's catalog
     literal = json.dumps(request_).replace("'", "\\'")
     with pytest.raises(Exception, match=message):
-        spark.sql(f"CALL {engine_procedure.CATALOG}.system.net_change(request => '{literal}')").collect()
+        procedure = f"{engine_procedure.CATALOG}.system.{engine_procedure.PROCEDURE}"
+        spark.sql(f"CALL {procedure}(request => '{literal}')").collect()
 
 
 class _CommitWithExtras(protocol.Commit):

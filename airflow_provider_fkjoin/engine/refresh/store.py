@@ -66,7 +66,7 @@ class StateInputs:
 
 class JoinStateStore:
     """One output's join state for one refresh (see the module docstring). Every method returns rather
-    than raises when the state cannot serve: the refresh then runs its usual plan, and :attr:`report`
+    than raises when the state cannot serve: the refresh then runs its usual plan, and ``report``
     says why."""
 
     def __init__(self, spark: SparkSession, output: DeltaHandle, inputs: StateInputs) -> None:

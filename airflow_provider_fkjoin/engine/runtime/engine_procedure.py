@@ -35,8 +35,8 @@ log = logging.getLogger(__name__)
 CATALOG = "fkjoin_engine"
 #: The catalog class in the engine's jar.
 CATALOG_CLASS = "io.github.fkjoin.engine.EngineCatalog"
-#: The procedure's name in the catalog (``net_change``, its first name, still answers).
-PROCEDURE = "net_change"
+#: The procedure's name in the catalog; ``net_change``, its first name, still answers.
+PROCEDURE = "engine"
 
 _checked: weakref.WeakKeyDictionary[SparkSession, str | None] = weakref.WeakKeyDictionary()
 _actions: weakref.WeakKeyDictionary[SparkSession, frozenset[str]] = weakref.WeakKeyDictionary()

@@ -18,21 +18,25 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 import org.apache.spark.unsafe.types.UTF8String;
 
 /**
- * The engine's JVM side as a Spark catalog of one stored procedure, {@code net_change(request)}: the
- * same SQL call reaches it from a classic session and over Spark Connect, with no py4j and no protocol
- * buffers of our own.
+ * The engine's JVM side as a Spark catalog of one stored procedure, {@code engine(request)}: the same
+ * SQL call reaches it from a classic session and over Spark Connect, with no py4j and no protocol buffers
+ * of our own. Python's {@code runtime/engine_procedure.py} registers it and calls it; {@link
+ * EngineProcedure} answers. {@code net_change}, the procedure's first name, stays an alias (the
+ * same procedure): an older Python side calls it so.
  *
  * <p>A session registers it under a name of its choice and calls it with a JSON request; the result is
- * one row with one JSON string ({@link NetChangeCommit} describes both):
+ * one row with one JSON string ({@link EngineProtocol} describes both):
  *
  * <pre>
  * SET spark.sql.catalog.fkjoin_engine = io.github.fkjoin.engine.EngineCatalog;
- * CALL fkjoin_engine.system.net_change(request => '{"protocol": 1, "action": "describe"}');
+ * CALL fkjoin_engine.system.engine(request => '{"protocol": 1, "action": "describe"}');
  * </pre>
  */
 public final class EngineCatalog implements ProcedureCatalog {
   /** The procedure's name. */
-  public static final String PROCEDURE = "net_change";
+  public static final String PROCEDURE = EngineProtocol.NAME;
+  /** The procedure's first name, which an older Python side calls. */
+  public static final String ALIAS = "net_change";
 
   private String name;
 
@@ -48,31 +52,37 @@ public final class EngineCatalog implements ProcedureCatalog {
 
   @Override
   public Identifier[] listProcedures(String[] namespace) {
-    return new Identifier[] {Identifier.of(namespace, PROCEDURE)};
+    return new Identifier[] {Identifier.of(namespace, PROCEDURE), Identifier.of(namespace, ALIAS)};
   }
 
   @Override
   public UnboundProcedure loadProcedure(Identifier identifier) {
-    if (!PROCEDURE.equals(identifier.name())) {
+    if (!PROCEDURE.equals(identifier.name()) && !ALIAS.equals(identifier.name())) {
       throw new IllegalArgumentException(
-          "catalog " + name + " has one procedure, " + PROCEDURE + ", not " + identifier.name());
+          "catalog " + name + " has one procedure, " + PROCEDURE + " (also called " + ALIAS + "), not "
+              + identifier.name());
     }
-    return new NetChangeProcedure();
+    return new Procedure(identifier.name());
   }
 
-  /** {@code net_change(request STRING) -> result STRING}: one request, one answer. */
-  static final class NetChangeProcedure implements UnboundProcedure, BoundProcedure {
+  /** {@code engine(request STRING) -> result STRING}: one request, one answer. */
+  static final class Procedure implements UnboundProcedure, BoundProcedure {
     private static final StructType RESULT = new StructType().add("result", DataTypes.StringType);
+    private final String name;
+
+    Procedure(String name) {
+      this.name = name;
+    }
 
     @Override
     public String name() {
-      return PROCEDURE;
+      return name;
     }
 
     @Override
     public String description() {
-      return "airflow-provider-fkjoin's net-change commit: deletion vectors, new rows and change data "
-          + "in one Delta commit with the refresh's transaction id";
+      return "airflow-provider-fkjoin's engine: net-change commits, warm file lists and join states, "
+          + "one JSON request a call";
     }
 
     @Override
@@ -95,7 +105,7 @@ public final class EngineCatalog implements ProcedureCatalog {
       if (input.isNullAt(0)) {
         throw new IllegalArgumentException(PROCEDURE + ": request is null");
       }
-      String answer = NetChangeCommit.handle(SparkSession.active(), input.getUTF8String(0).toString());
+      String answer = EngineProcedure.handle(SparkSession.active(), input.getUTF8String(0).toString());
       InternalRow row = new GenericInternalRow(new Object[] {UTF8String.fromString(answer)});
       LocalScan scan =
           new LocalScan() {

@@ -35,6 +35,9 @@ import org.rocksdb.WriteOptions;
  * <p>Its memory is the JVM's shared cache ({@link StateMemory}); what does not fit there is read from
  * disk. Writes skip the write-ahead log: the state is rebuilt from its inputs whenever it cannot be
  * trusted, so a lost write costs a build, never a wrong row.
+ *
+ * <p>A part of {@link WarmJoinState}, with no Python module of its own: Python reaches it through the
+ * {@code warm_*} actions.
  */
 final class JoinStateStore implements AutoCloseable {
   private static final byte[] EMPTY = new byte[0];

@@ -1,18 +1,22 @@
 package io.github.fkjoin.engine;
 
+import static io.github.fkjoin.engine.EngineProtocol.CHANGE;
+import static io.github.fkjoin.engine.EngineProtocol.EXPECTED;
+import static io.github.fkjoin.engine.EngineProtocol.FILE;
+import static io.github.fkjoin.engine.EngineProtocol.HASHES;
+import static io.github.fkjoin.engine.EngineProtocol.ROW;
+import static io.github.fkjoin.engine.EngineProtocol.required;
+
 import com.fasterxml.jackson.databind.JsonNode;
-import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
+import io.github.fkjoin.engine.EngineProtocol.Status;
 import java.math.BigDecimal;
 import java.util.ArrayList;
-import java.util.Iterator;
 import java.util.List;
 import java.util.Map;
-import java.util.Set;
 import java.util.UUID;
 import java.util.concurrent.ConcurrentHashMap;
-import org.apache.spark.sql.Column;
 import org.apache.spark.sql.Dataset;
 import org.apache.spark.sql.Observation;
 import org.apache.spark.sql.Row;
@@ -37,8 +41,9 @@ import scala.collection.immutable.Seq;
 import scala.jdk.javaapi.CollectionConverters;
 
 /**
- * A refresh's net changes committed to a keyed Delta output without MERGE, in two steps so that the
- * engine can mark the moment between them ({@code committing}):
+ * A refresh's net changes committed to a keyed Delta output without MERGE, the pair of Python's
+ * {@code write/net_changes.py}; in two steps so that the engine can mark the moment between them
+ * ({@code committing}):
  *
  * <ol>
  *   <li>{@code prepare}: open a transaction on the output, refuse (status {@code merge_required}, with
@@ -53,11 +58,7 @@ import scala.jdk.javaapi.CollectionConverters;
  *   <li>{@code abort}: drop a prepared transaction (its files stay unreferenced; VACUUM removes them).
  * </ol>
  *
- * <p>The same procedure serves {@code files}: a table at a version as a temporary view over the data
- * files the engine keeps warm ({@link TableFiles}).
- *
- * <p>Requests and answers are JSON objects with {@code "protocol": 1}; a request of another protocol, or
- * with a field this protocol does not define, is refused. Example request:
+ * <p>Example request ({@link EngineProtocol} parses it, {@link EngineProcedure} routes it here):
  *
  * <pre>
  * {"protocol": 1, "action": "prepare", "output": "/w/out", "expected_version": 7,
@@ -65,20 +66,13 @@ import scala.jdk.javaapi.CollectionConverters;
  *  "rows": "fkjoin_rows_9c1e", "proof": {"rows": 11, "h1": "-4411", "h2": "912"}}
  * </pre>
  */
-public final class NetChangeCommit {
-  public static final int PROTOCOL = 1;
-  static final String FILE = "_fkjoin_file";
-  static final String ROW = "_fkjoin_row";
-  static final String CHANGE = "_fkjoin_change";
-  static final String EXPECTED = "_fkjoin_expected";
-  static final String[] HASHES = {"_fkjoin_h1", "_fkjoin_h2"};
+final class NetChangeCommit {
   /**
    * Prepared transactions older than this are dropped: a refresh commits seconds after it prepares, so
    * an older one's client is gone (a killed task), and each holds the output's snapshot and file actions.
    */
   static final long PREPARED_TTL_MS = 30 * 60 * 1000L;
 
-  private static final ObjectMapper JSON = new ObjectMapper();
   private static final Map<String, Prepared> PREPARED = new ConcurrentHashMap<>();
   /**
    * Tokens no longer prepared, with what became of them: the committed version (so a commit sent again
@@ -87,23 +81,6 @@ public final class NetChangeCommit {
    */
   private static final Map<String, String> ENDED = new ConcurrentHashMap<>();
   static final int ENDED_LIMIT = 10_000;
-  private static final Map<String, Set<String>> FIELDS =
-      Map.ofEntries(
-          Map.entry("describe", Set.of()),
-          Map.entry(
-              "prepare",
-              Set.of(
-                  "output", "expected_version", "app_id", "seq", "located", "replaced", "rows", "proof")),
-          Map.entry("commit", Set.of("token")),
-          Map.entry("files", Set.of("path", "version", "view", "positions")),
-          Map.entry("feed_size", Set.of("tables")),
-          Map.entry("abort", Set.of("token")),
-          Map.entry("warm_build", Set.of("state", "left", "right", "output", "memory_bytes", "disk_reserve_bytes")),
-          Map.entry("warm_lookup", Set.of("state", "left", "right", "output", "views")),
-          Map.entry("warm_advance", Set.of("state", "token", "output", "version", "removed", "added")),
-          Map.entry("warm_peek", Set.of("state", "output")),
-          Map.entry("warm_settle", Set.of("state")),
-          Map.entry("warm_drop", Set.of("state")));
 
   private NetChangeCommit() {}
 
@@ -116,87 +93,8 @@ public final class NetChangeCommit {
       long createdAt,
       List<String> added) {}
 
-  /** Answer one JSON request (see the class comment); errors are thrown as exceptions. */
-  public static String handle(SparkSession spark, String requestJson) {
-    JsonNode request;
-    try {
-      request = JSON.readTree(requestJson);
-    } catch (Exception error) {
-      throw new IllegalArgumentException("net_change: the request is not JSON: " + error.getMessage());
-    }
-    if (request == null || !request.isObject()) {
-      throw new IllegalArgumentException("net_change: the request must be a JSON object");
-    }
-    JsonNode protocol = request.path("protocol");
-    if (!protocol.isIntegralNumber() || protocol.asInt() != PROTOCOL) {
-      throw new IllegalArgumentException(
-          "net_change: protocol " + request.get("protocol") + " is not understood (this side speaks "
-              + PROTOCOL + "); install the engine jar of the same airflow-provider-fkjoin version");
-    }
-    String action = request.path("action").asText("");
-    Set<String> allowed = FIELDS.get(action);
-    if (allowed == null) {
-      throw new IllegalArgumentException(
-          "net_change: action '" + action + "' is not one of " + FIELDS.keySet());
-    }
-    Iterator<String> names = request.fieldNames();
-    while (names.hasNext()) {
-      String field = names.next();
-      if (!field.equals("protocol") && !field.equals("action") && !allowed.contains(field)) {
-        throw new IllegalArgumentException(
-            "net_change: field '" + field + "' is not part of protocol " + PROTOCOL + "'s " + action);
-      }
-    }
-    requireTestedVersions(spark);
-    dropExpired();
-    ObjectNode answer = JSON.createObjectNode().put("protocol", PROTOCOL);
-    switch (action) {
-      case "describe" -> answer.put("status", "ready").put("actions", String.join(",", FIELDS.keySet()));
-      case "prepare" -> prepare(spark, request, answer);
-      case "commit" -> commit(required(request, "token").asText(), answer);
-      case "files" -> TableFiles.view(spark, request, answer);
-      case "feed_size" -> TableFiles.feedSize(spark, request, answer);
-      case "warm_build", "warm_lookup", "warm_advance", "warm_peek", "warm_settle", "warm_drop" ->
-          WarmJoinState.handle(spark, action, request, answer);
-      default -> {
-        String token = required(request, "token").asText();
-        if (PREPARED.remove(token) != null) {
-          ended(token, "aborted");
-        }
-        answer.put("status", "aborted");
-      }
-    }
-    return answer.toString();
-  }
-
-  /** Spark and Delta versions whose internal classes this code was compiled and tested against. */
-  static final String TESTED_SPARK = "4.2.";
-  static final String TESTED_DELTA = "4.4.";
-
-  private static void requireTestedVersions(SparkSession spark) {
-    String delta;
-    try {
-      // io.delta.package holds Delta's version; "package" is a keyword in Java, hence reflection
-      delta = String.valueOf(Class.forName("io.delta.package").getMethod("VERSION").invoke(null));
-    } catch (ReflectiveOperationException error) {
-      throw new IllegalStateException("net_change: Delta Lake is not on this Spark's classpath", error);
-    }
-    if (!spark.version().startsWith(TESTED_SPARK) || !delta.startsWith(TESTED_DELTA)) {
-      throw new IllegalStateException(
-          "net_change: the engine jar was built for Spark " + TESTED_SPARK + "x and Delta " + TESTED_DELTA
-              + "x; this session runs Spark " + spark.version() + " and Delta " + delta);
-    }
-  }
-
-  static JsonNode required(JsonNode request, String field) {
-    JsonNode value = request.get(field);
-    if (value == null || value.isNull()) {
-      throw new IllegalArgumentException("net_change: field '" + field + "' is required");
-    }
-    return value;
-  }
-
-  private static void prepare(SparkSession spark, JsonNode request, ObjectNode answer) {
+  /** Prepare a commit (see the class comment): a token, or {@code merge_required} with the reason. */
+  static void prepare(SparkSession spark, JsonNode request, ObjectNode answer) {
     String output = required(request, "output").asText();
     long expected = required(request, "expected_version").asLong();
     String appId = required(request, "app_id").asText();
@@ -234,8 +132,8 @@ public final class NetChangeCommit {
                   observation,
                   functions.count(functions.lit(1)).alias("rows"),
                   functions.count_if(functions.col(EXPECTED).equalTo(0)).alias("unexpected"),
-                  functions.sum(functions.col(HASHES[0])).alias(HASHES[0]),
-                  functions.sum(functions.col(HASHES[1])).alias(HASHES[1]));
+                  functions.sum(functions.col(HASHES.get(0))).alias(HASHES.get(0)),
+                  functions.sum(functions.col(HASHES.get(1))).alias(HASHES.get(1)));
       Seq<DeletionVectorResult> bitmaps = null;
       if (request.path("replaced").asBoolean(false)) {
         Dataset<Row> replaced = rows.where(functions.col(CHANGE).isin("update", "delete"));
@@ -282,7 +180,7 @@ public final class NetChangeCommit {
     }
     String token = UUID.randomUUID().toString();
     PREPARED.put(token, new Prepared(transaction, actions, appId, seq, System.currentTimeMillis(), added));
-    answer.put("status", "prepared").put("token", token).put("version", version);
+    answer.put("status", Status.PREPARED.wire()).put("token", token).put("version", version);
     ArrayNode layout = answer.putArray("files");
     for (AddFile file : CollectionConverters.asJava(files)) {
       ArrayNode entry = layout.addArray().add(file.size());
@@ -296,16 +194,25 @@ public final class NetChangeCommit {
     }
   }
 
-  private static void commit(String token, ObjectNode answer) {
+  /** Drop a prepared transaction; a token not prepared is answered the same (an abort sent again). */
+  static void abort(String token, ObjectNode answer) {
+    if (PREPARED.remove(token) != null) {
+      ended(token, "aborted");
+    }
+    answer.put("status", Status.ABORTED.wire());
+  }
+
+  /** Commit the transaction prepared under {@code token}; one committed already is answered again. */
+  static void commit(String token, ObjectNode answer) {
     Prepared prepared = PREPARED.remove(token);
     if (prepared == null) {
       String ended = ENDED.get(token);
       if (ended != null && ended.startsWith("committed ")) {
-        answer.put("status", "committed").put("version", Long.parseLong(ended.substring(10)));
+        answer.put("status", Status.COMMITTED.wire()).put("version", Long.parseLong(ended.substring(10)));
         return;
       }
       throw new IllegalStateException(
-          "net_change: no prepared commit " + token + " ("
+          EngineProtocol.NAME + ": no prepared commit " + token + " ("
               + (ended != null ? ended : "aborted, expired, or prepared on another server") + ")");
     }
     List<Action> actions = new ArrayList<>(prepared.actions());
@@ -319,7 +226,7 @@ public final class NetChangeCommit {
       throw error;
     }
     ended(token, "committed " + version);
-    answer.put("status", "committed").put("version", version);
+    answer.put("status", Status.COMMITTED.wire()).put("version", version);
     ArrayNode added = answer.putArray("added");
     prepared.added().forEach(added::add);
   }
@@ -386,10 +293,11 @@ public final class NetChangeCommit {
   }
 
   private static void mergeRequired(ObjectNode answer, String reason) {
-    answer.put("status", "merge_required").put("reason", reason);
+    answer.put("status", Status.MERGE_REQUIRED.wire()).put("reason", reason);
   }
 
-  private static void dropExpired() {
+  /** Drop the prepared transactions older than {@link #PREPARED_TTL_MS}. */
+  static void dropExpired() {
     long oldest = System.currentTimeMillis() - PREPARED_TTL_MS;
     PREPARED.entrySet().removeIf(entry -> {
       if (entry.getValue().createdAt() >= oldest) {

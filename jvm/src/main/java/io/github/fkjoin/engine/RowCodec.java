@@ -17,6 +17,9 @@ import org.apache.spark.unsafe.Platform;
  * byte[] bytes = keys.encode(RowFactory.create(7L));  // 16 bytes: a null bitmap word and the long
  * keys.decode(bytes);                                 // [7]
  * </pre>
+ *
+ * <p>A part of {@link WarmJoinState}, with no Python module of its own: Python reaches it through the
+ * {@code warm_*} actions.
  */
 final class RowCodec {
   private final int fields;

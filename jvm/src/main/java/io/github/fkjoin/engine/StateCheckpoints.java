@@ -43,6 +43,9 @@ import org.apache.hadoop.fs.Path;
  * that version and the inputs' against its own, as it checks a state held in memory, and follows the
  * output's later commits that changed no rows. The two newest checkpoints of a state are kept; a state
  * whose newest checkpoint is older than another state's of the same output is deleted.
+ *
+ * <p>A part of {@link WarmJoinState}, with no Python module of its own: Python reaches it through the
+ * {@code warm_*} actions.
  */
 final class StateCheckpoints {
   static final String DIR = "_fkjoin/state";

@@ -35,6 +35,9 @@ import org.rocksdb.WriteBufferManager;
  * {@code <java.io.tmpdir>/fkjoin-state/<jvm>/}, beside a {@code <jvm>.lock} file this JVM locks for its
  * life; a later JVM deletes the directories whose lock no one holds (a killed JVM's), so disk never
  * fills with orphans.
+ *
+ * <p>A part of {@link WarmJoinState}, with no Python module of its own: Python reaches it through the
+ * {@code warm_*} actions.
  */
 final class StateMemory {
   static final long MIN_BUDGET = 64L << 20;

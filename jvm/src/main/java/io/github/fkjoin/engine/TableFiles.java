@@ -1,7 +1,12 @@
 package io.github.fkjoin.engine;
 
+import static io.github.fkjoin.engine.EngineProtocol.FILE;
+import static io.github.fkjoin.engine.EngineProtocol.ROW;
+import static io.github.fkjoin.engine.EngineProtocol.required;
+
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
+import io.github.fkjoin.engine.EngineProtocol.Status;
 import java.util.Collection;
 import java.util.LinkedHashMap;
 import java.util.List;
@@ -26,7 +31,7 @@ import scala.jdk.javaapi.CollectionConverters;
 
 /**
  * Each Delta table's data files at a version, kept warm in the JVM between refreshes, and a table read
- * at that version over exactly those files.
+ * at that version over exactly those files: the pair of Python's {@code delta/tables.py}.
  *
  * <p>Delta reads a table version by reconstructing its state (a Spark job over the checkpoint and the
  * commits since) and listing its files for each query (Delta's "Filtering files for query" jobs): a
@@ -76,11 +81,12 @@ final class TableFiles {
   private TableFiles() {}
 
   static void view(SparkSession spark, JsonNode request, ObjectNode answer) {
-    String path = NetChangeCommit.required(request, "path").asText();
-    long version = NetChangeCommit.required(request, "version").asLong();
-    String view = NetChangeCommit.required(request, "view").asText();
+    String path = required(request, "path").asText();
+    long version = required(request, "version").asLong();
+    String view = required(request, "view").asText();
     if (!view.matches("[A-Za-z_][A-Za-z0-9_]*")) {
-      throw new IllegalArgumentException("net_change files: view '" + view + "' is not a plain name");
+      throw new IllegalArgumentException(
+          EngineProtocol.NAME + " files: view '" + view + "' is not a plain name");
     }
     DeltaLog log = DeltaLog.forTable(spark, path);
     Snapshot snapshot = log.getSnapshotAt(version, Option.empty(), Option.empty(), false);
@@ -90,11 +96,10 @@ final class TableFiles {
             snapshot, CollectionConverters.asScala(List.copyOf(found._1())).toSeq(), false, Option.empty());
     if (request.path("positions").asBoolean(false)) {
       // a view hides a relation's metadata columns: each row's file and row index as plain columns
-      frame = frame.selectExpr("*", "_metadata.file_path AS " + NetChangeCommit.FILE,
-          "_metadata.row_index AS " + NetChangeCommit.ROW);
+      frame = frame.selectExpr("*", "_metadata.file_path AS " + FILE, "_metadata.row_index AS " + ROW);
     }
     frame.createOrReplaceTempView(view);
-    answer.put("status", "ready").put("files", found._1().size()).put("source", found._2());
+    answer.put("status", Status.READY.wire()).put("files", found._1().size()).put("source", found._2());
   }
 
   /**
@@ -109,14 +114,14 @@ final class TableFiles {
    */
   static void feedSize(SparkSession spark, JsonNode request, ObjectNode answer) {
     com.fasterxml.jackson.databind.node.ArrayNode sizes = answer.putArray("sizes");
-    for (JsonNode table : NetChangeCommit.required(request, "tables")) {
+    for (JsonNode table : required(request, "tables")) {
       sizes.add(
           feedBytes(
-              DeltaLog.forTable(spark, NetChangeCommit.required(table, "path").asText()),
-              NetChangeCommit.required(table, "after").asLong(),
-              NetChangeCommit.required(table, "to").asLong()));
+              DeltaLog.forTable(spark, required(table, "path").asText()),
+              required(table, "after").asLong(),
+              required(table, "to").asLong()));
     }
-    answer.put("status", "ready");
+    answer.put("status", Status.READY.wire());
   }
 
   private static long feedBytes(DeltaLog log, long after, long to) {

@@ -1,7 +1,13 @@
 package io.github.fkjoin.engine;
 
+import static io.github.fkjoin.engine.EngineProtocol.FILE;
+import static io.github.fkjoin.engine.EngineProtocol.NET;
+import static io.github.fkjoin.engine.EngineProtocol.ROW;
+import static io.github.fkjoin.engine.EngineProtocol.required;
+
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
+import io.github.fkjoin.engine.EngineProtocol.Status;
 import java.util.ArrayList;
 import java.io.IOException;
 import java.util.HashMap;
@@ -37,9 +43,11 @@ import scala.jdk.javaapi.CollectionConverters;
 
 /**
  * A foreign-key join's warm state, held by the JVM that runs the engine (a Spark Connect server, or a
- * classic session's driver) between refreshes: Kafka Streams' state stores for KIP-213, in RocksDB off
- * the heap ({@link JoinStateStore}), within the native memory budget all states of the JVM share and
- * spilling to local disk ({@link StateMemory}).
+ * classic session's driver) between refreshes: the pair of Python's {@code delta/warm_state.py}. Kafka
+ * Streams' state stores for KIP-213, in RocksDB off the heap ({@link JoinStateStore}), within the native
+ * memory budget all states of the JVM share and spilling to local disk ({@link StateMemory}), with
+ * durable copies beside the output ({@link StateCheckpoints}) and rows as bytes ({@link RowCodec}): its
+ * parts, with no Python pair.
  *
  * <p>It holds, for one output, the left rows by left key with an index from foreign key to left keys
  * (KIP-213's subscription store), the right rows by right key, and each output key's data file and row
@@ -53,16 +61,19 @@ import scala.jdk.javaapi.CollectionConverters;
  * plan and builds the state again.
  *
  * <p>Requests ({@code "action"}): {@code warm_build} (collect the three views given into a new state, on
- * a thread of its own),
- * {@code warm_lookup} (check the versions, the duplicate keys the feeds could add, and register the
- * affected rows as views; the feeds' changes are kept under a token), {@code warm_advance} (apply the
- * token's changes after the commit), {@code warm_peek} (the versions held) and {@code warm_drop}.
+ * a thread of its own), {@code warm_lookup} (check the versions, the duplicate keys the feeds could add,
+ * and register the affected rows as views; the feeds' changes are kept under a token), {@code
+ * warm_advance} (apply the token's changes after the commit), {@code warm_peek} (the versions held),
+ * {@code warm_settle} (wait for the build and the durable copy) and {@code warm_drop}. For example:
+ *
+ * <pre>
+ * {"protocol": 1, "action": "warm_peek", "state": "/w/out", "output": {"id": "8d1c...", "version": 7}}
+ * </pre>
  */
 final class WarmJoinState {
   /** A lookup whose refresh never advanced it is dropped after this long. */
   static final long PENDING_TTL_MS = 60L * 60L * 1000L;
 
-  static final String NET = "_fkjoin_net";
   private static final long ROW_BITS = 40;
   private static final long ROW_MASK = (1L << ROW_BITS) - 1;
   private static final long NO_POSITION = -1L;
@@ -561,26 +572,33 @@ final class WarmJoinState {
       long createdAt) {}
 
 
-  static void handle(SparkSession spark, String action, JsonNode request, ObjectNode answer) {
+  /** Answer a {@code warm_*} request. */
+  static void handle(
+      SparkSession spark, EngineProtocol.Action action, JsonNode request, ObjectNode answer) {
     long oldest = System.currentTimeMillis() - PENDING_TTL_MS;
     PENDING.entrySet().removeIf(entry -> entry.getValue().createdAt() < oldest);
     switch (action) {
-      case "warm_build" -> build(spark, request, answer);
-      case "warm_lookup" -> guarded(request, answer, () -> lookup(spark, request, answer));
-      case "warm_advance" -> guarded(request, answer, () -> advance(spark, request, answer));
-      case "warm_peek" -> peek(spark, request, answer);
-      case "warm_settle" -> settle(request, answer);
-      default -> {
-        String name = NetChangeCommit.required(request, "state").asText();
-        awaitBuild(name);
-        FAILED.remove(name);
-        State held = STATES.remove(name);
-        if (held != null) {
-          discard(name, held);
-        }
-        answer.put("status", held != null ? "dropped" : "absent");
-      }
+      case WARM_BUILD -> build(spark, request, answer);
+      case WARM_LOOKUP -> guarded(request, answer, () -> lookup(spark, request, answer));
+      case WARM_ADVANCE -> guarded(request, answer, () -> advance(spark, request, answer));
+      case WARM_PEEK -> peek(spark, request, answer);
+      case WARM_SETTLE -> settle(request, answer);
+      case WARM_DROP -> drop(request, answer);
+      default -> throw new IllegalArgumentException(
+          EngineProtocol.NAME + ": " + action.wire() + " is not a warm state's action");
     }
+  }
+
+  /** Forget the state in this JVM, after its build under way (its durable copies stay). */
+  private static void drop(JsonNode request, ObjectNode answer) {
+    String name = required(request, "state").asText();
+    awaitBuild(name);
+    FAILED.remove(name);
+    State held = STATES.remove(name);
+    if (held != null) {
+      discard(name, held);
+    }
+    answer.put("status", (held != null ? Status.DROPPED : Status.ABSENT).wire());
   }
 
   /**
@@ -588,11 +606,11 @@ final class WarmJoinState {
    * end asks, so that the next JVM loads the state instead of building it.
    */
   private static void settle(JsonNode request, ObjectNode answer) {
-    String name = NetChangeCommit.required(request, "state").asText();
+    String name = required(request, "state").asText();
     awaitBuild(name);
     awaitQuietly(UPLOADS.submit(() -> {}));
     ObjectNode persisted = PERSISTED.get(name);
-    answer.put("status", persisted != null ? "persisted" : "absent");
+    answer.put("status", (persisted != null ? Status.PERSISTED : Status.ABSENT).wire());
     if (persisted != null) {
       answer.set("persisted", persisted);
     }
@@ -604,7 +622,7 @@ final class WarmJoinState {
 
   /** The versions a state holds (no Spark job), so a refresh can plan for it before it reads. */
   private static void peek(SparkSession spark, JsonNode request, ObjectNode answer) {
-    String name = NetChangeCommit.required(request, "state").asText();
+    String name = required(request, "state").asText();
     awaitBuild(name);
     JsonNode output = request.path("output");
     State state =
@@ -617,15 +635,15 @@ final class WarmJoinState {
                     manifest.path("output_id").asText().equals(output.path("id").asText())
                         && manifest.path("output_version").asLong() <= output.path("version").asLong());
     if (state == null) {
-      answer.put("status", "absent");
+      answer.put("status", Status.ABSENT.wire());
       return;
     }
     synchronized (state) {
       if (state.closed) {
-        answer.put("status", "absent");
+        answer.put("status", Status.ABSENT.wire());
         return;
       }
-      answer.put("status", "held");
+      answer.put("status", Status.HELD.wire());
       state.report(answer);
       answer.putObject("output").put("id", state.outputId).put("version", state.outputVersion);
       answer.putObject("left").put("id", state.leftId).put("version", state.leftVersion);
@@ -640,10 +658,10 @@ final class WarmJoinState {
    * reason for the next lookup to report.
    */
   private static void build(SparkSession spark, JsonNode request, ObjectNode answer) {
-    String name = NetChangeCommit.required(request, "state").asText();
-    JsonNode left = NetChangeCommit.required(request, "left");
-    JsonNode right = NetChangeCommit.required(request, "right");
-    JsonNode output = NetChangeCommit.required(request, "output");
+    String name = required(request, "state").asText();
+    JsonNode left = required(request, "left");
+    JsonNode right = required(request, "right");
+    JsonNode output = required(request, "output");
     long memoryBytes = request.path("memory_bytes").asLong(0);
     long diskReserve = request.path("disk_reserve_bytes").asLong(StateMemory.DISK_RESERVE);
     awaitBuild(name);
@@ -652,21 +670,21 @@ final class WarmJoinState {
       discard(name, previous);
     }
     FAILED.remove(name);
-    Dataset<Row> leftRows = spark.table(NetChangeCommit.required(left, "view").asText());
-    Dataset<Row> rightRows = spark.table(NetChangeCommit.required(right, "view").asText());
-    Dataset<Row> located = spark.table(NetChangeCommit.required(output, "view").asText());
+    Dataset<Row> leftRows = spark.table(required(left, "view").asText());
+    Dataset<Row> rightRows = spark.table(required(right, "view").asText());
+    Dataset<Row> located = spark.table(required(output, "view").asText());
     StructType leftSchema = leftRows.schema();
     StructType rightSchema = rightRows.schema();
     State state;
     try {
       state =
         new State(
-            NetChangeCommit.required(output, "id").asText(),
-            NetChangeCommit.required(output, "version").asLong(),
-            NetChangeCommit.required(left, "id").asText(),
-            NetChangeCommit.required(left, "version").asLong(),
-            NetChangeCommit.required(right, "id").asText(),
-            NetChangeCommit.required(right, "version").asLong(),
+            required(output, "id").asText(),
+            required(output, "version").asLong(),
+            required(left, "id").asText(),
+            required(left, "version").asLong(),
+            required(right, "id").asText(),
+            required(right, "version").asLong(),
             leftSchema,
             rightSchema,
             indices(leftSchema, left.get("key")),
@@ -676,7 +694,7 @@ final class WarmJoinState {
             null);
     } catch (IOException | RocksDBException | RuntimeException error) {
       FAILED.put(name, "the warm state could not be opened: " + error.getMessage());
-      answer.put("status", "refused").put("reason", FAILED.get(name));
+      answer.put("status", Status.REFUSED.wire()).put("reason", FAILED.get(name));
       return;
     }
     int[] outputKey = indices(located.schema(), left.get("key"));
@@ -713,7 +731,7 @@ final class WarmJoinState {
             "fkjoin-warm-state-build");
     builder.setDaemon(true);
     builder.start();
-    answer.put("status", "building");
+    answer.put("status", Status.BUILDING.wire());
   }
 
   /** Wait for a build of the state {@code name} under way, if any (at most {@link #BUILD_WAIT_MS}). */
@@ -771,8 +789,8 @@ final class WarmJoinState {
         return short_;
       }
     }
-    int file = located.schema().fieldIndex(NetChangeCommit.FILE);
-    int position = located.schema().fieldIndex(NetChangeCommit.ROW);
+    int file = located.schema().fieldIndex(FILE);
+    int position = located.schema().fieldIndex(ROW);
     for (Iterator<Row> it = located.toLocalIterator(); it.hasNext(); ) {
       Row row = it.next();
       Row key = project(row, outputKey);
@@ -806,7 +824,7 @@ final class WarmJoinState {
     try {
       action.run();
     } catch (RocksDBException error) {
-      String name = NetChangeCommit.required(request, "state").asText();
+      String name = required(request, "state").asText();
       State state = STATES.get(name);
       if (state != null) {
         discard(name, state);
@@ -823,11 +841,11 @@ final class WarmJoinState {
 
   private static void lookup(SparkSession spark, JsonNode request, ObjectNode answer)
       throws RocksDBException {
-    String name = NetChangeCommit.required(request, "state").asText();
-    JsonNode output = NetChangeCommit.required(request, "output");
-    JsonNode left = NetChangeCommit.required(request, "left");
-    JsonNode right = NetChangeCommit.required(request, "right");
-    JsonNode views = NetChangeCommit.required(request, "views");
+    String name = required(request, "state").asText();
+    JsonNode output = required(request, "output");
+    JsonNode left = required(request, "left");
+    JsonNode right = required(request, "right");
+    JsonNode views = required(request, "views");
     awaitBuild(name);
     State state =
         heldOrLoaded(
@@ -948,17 +966,17 @@ final class WarmJoinState {
       }
       positions =
           positions
-              .add(NetChangeCommit.FILE, DataTypes.StringType, false)
-              .add(NetChangeCommit.ROW, DataTypes.LongType, false);
+              .add(FILE, DataTypes.StringType, false)
+              .add(ROW, DataTypes.LongType, false);
       spark
           .createDataFrame(leftRows, state.leftSchema)
-          .createOrReplaceTempView(NetChangeCommit.required(views, "left").asText());
+          .createOrReplaceTempView(required(views, "left").asText());
       spark
           .createDataFrame(rightRows, state.rightSchema)
-          .createOrReplaceTempView(NetChangeCommit.required(views, "right").asText());
+          .createOrReplaceTempView(required(views, "right").asText());
       spark
           .createDataFrame(located, positions)
-          .createOrReplaceTempView(NetChangeCommit.required(views, "positions").asText());
+          .createOrReplaceTempView(required(views, "positions").asText());
       String token = UUID.randomUUID().toString();
       PENDING.put(
           token,
@@ -967,11 +985,11 @@ final class WarmJoinState {
               state,
               leftChanged,
               rightChanged,
-              NetChangeCommit.required(left, "to").asLong(),
-              NetChangeCommit.required(right, "to").asLong(),
+              required(left, "to").asLong(),
+              required(right, "to").asLong(),
               System.currentTimeMillis()));
       answer
-          .put("status", "ready")
+          .put("status", Status.READY.wire())
           .put("token", token)
           .put("left_rows", leftRows.size())
           .put("right_rows", rightRows.size())
@@ -1000,7 +1018,7 @@ final class WarmJoinState {
     if (keysView == null || keysView.isNull()) {
       return null;
     }
-    Dataset<Row> after = spark.table(NetChangeCommit.required(side, "after").asText());
+    Dataset<Row> after = spark.table(required(side, "after").asText());
     if (!sameColumns(after.schema(), schema)) {
       return "the " + role + " table's columns are not those the warm state holds";
     }
@@ -1022,7 +1040,7 @@ final class WarmJoinState {
       changed.put(key, null);
     }
     if (repeats > 0) {
-      answer.put("status", "duplicates").put("side", role).put("repeats", repeats);
+      answer.put("status", Status.DUPLICATES.wire()).put("side", role).put("repeats", repeats);
       return "duplicates";
     }
     for (Row row : after.collectAsList()) {
@@ -1033,9 +1051,9 @@ final class WarmJoinState {
 
   private static void advance(SparkSession spark, JsonNode request, ObjectNode answer)
       throws RocksDBException {
-    Pending pending = PENDING.remove(NetChangeCommit.required(request, "token").asText());
+    Pending pending = PENDING.remove(required(request, "token").asText());
     if (pending == null) {
-      answer.put("status", "stale").put("reason", "the refresh's lookup expired");
+      answer.put("status", Status.STALE.wire()).put("reason", "the refresh's lookup expired");
       return;
     }
     State state = pending.state();
@@ -1071,14 +1089,14 @@ final class WarmJoinState {
           state.clearPosition(project(row, all));
         }
       }
-      DeltaLog log = DeltaLog.forTable(spark, NetChangeCommit.required(request, "output").asText());
+      DeltaLog log = DeltaLog.forTable(spark, required(request, "output").asText());
       List<String> added = new ArrayList<>();
       for (JsonNode file : request.path("added")) {
         added.add(file.asText());
       }
       String problem = readPositions(spark, state, added);
       if (problem == null) {
-        state.outputVersion = NetChangeCommit.required(request, "version").asLong();
+        state.outputVersion = required(request, "version").asLong();
         problem = followOutput(spark, state, log, log.update(false, Option.empty(), Option.empty()).version());
       }
       if (problem == null) {
@@ -1089,7 +1107,7 @@ final class WarmJoinState {
         return;
       }
       persist(spark, pending.name(), state, false);
-      answer.put("status", "advanced").put("output_version", state.outputVersion);
+      answer.put("status", Status.ADVANCED.wire()).put("output_version", state.outputVersion);
       state.report(answer);
     }
   }
@@ -1153,7 +1171,7 @@ final class WarmJoinState {
       columns.add("`" + state.leftSchema.fields()[index].name().replace("`", "``") + "`");
     }
     columns.add("_metadata.file_name AS _fkjoin_name");
-    columns.add("_metadata.row_index AS " + NetChangeCommit.ROW);
+    columns.add("_metadata.row_index AS " + ROW);
     Dataset<Row> rows =
         spark.read().parquet(paths.toArray(new String[0])).selectExpr(columns.toArray(new String[0]));
     int[] key = new int[state.leftKey.length];
@@ -1185,7 +1203,7 @@ final class WarmJoinState {
 
   private static int[] indices(StructType schema, JsonNode names) {
     if (names == null || !names.isArray() || names.isEmpty()) {
-      throw new IllegalArgumentException("net_change: a warm state needs key column names");
+      throw new IllegalArgumentException(EngineProtocol.NAME + ": a warm state needs key column names");
     }
     int[] found = new int[names.size()];
     for (int i = 0; i < found.length; i++) {
@@ -1235,6 +1253,6 @@ final class WarmJoinState {
   }
 
   private static void stale(ObjectNode answer, String reason) {
-    answer.put("status", "stale").put("reason", reason);
+    answer.put("status", Status.STALE.wire()).put("reason", reason);
   }
 }
