@@ -118,9 +118,11 @@ def test_a_lost_state_is_built_again(spark, tmp_path: Path) -> None:
         spark.conf.unset("spark.databricks.delta.retentionDurationCheck.enabled")
     warm_state.drop()
     upsert(spark, str(orders_path), [_order(2, 10, 2.5)], ORDER_KEY)
-    loaded = _refresh_and_check(spark, spec, out, "left")["warm_state"]
+    reloaded = _refresh_and_check(spark, spec, out, "left")
+    loaded = reloaded["warm_state"]
     assert loaded["used"] and loaded["advanced"], loaded
     assert loaded["loaded_in_s"] >= 0 and loaded["durable"]["loaded"]["loaded_bytes"] > 0, loaded
+    assert reloaded["strategy"]["basis"] == "state", reloaded["strategy"]
 
     # without the durable copy too, the refresh scans and builds the state again
     warm_state.settle()
@@ -131,6 +133,8 @@ def test_a_lost_state_is_built_again(spark, tmp_path: Path) -> None:
     assert not cold["warm_state"]["used"]
     assert "holds no warm state" in cold["warm_state"]["reason"]
     assert cold["warm_state"]["built"]["status"] == "building"
+    # a state that cannot serve leaves auto to weigh scanning against recomputing, as without one
+    assert cold["strategy"]["basis"] != "state", cold["strategy"]
     upsert(spark, str(orders_path), [_order(3, 20, 3.0)], ORDER_KEY)
     warm = _refresh_and_check(spark, spec, out, "left")
     assert warm["warm_state"]["used"] and warm["warm_state"]["advanced"]

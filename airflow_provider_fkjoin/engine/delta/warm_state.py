@@ -115,27 +115,34 @@ class WarmState:
         reason = engine_procedure.unavailable_reason(self.spark)
         return reason or "the session's engine jar predates warm state"
 
-    def serves(self, output_id: str, output_version: int, inputs: dict[str, SideVersions]) -> bool:
-        """Whether the JVM holds a state this refresh can use: the output's id, at most its version (a
-        compaction since is followed), and each input's id at exactly the version the refresh reads
-        changes after. No Spark job; the lookup checks again."""
-        if self.available() is not None:
-            return False
+    def why_not_serving(
+        self, output_id: str, output_version: int, inputs: dict[str, SideVersions]
+    ) -> str | None:
+        """None when the JVM holds, or loads from its durable copy, a state this refresh can use: the
+        output's id, at most its version (a compaction since is followed), and each input's id at
+        exactly the version the refresh reads changes after; otherwise why not. No Spark job; the
+        lookup checks again."""
+        unavailable = self.available()
+        if unavailable is not None:
+            return unavailable
         held = engine_procedure.call(
             self.spark,
             protocol.WarmPeek(state=self.name, output={"id": output_id, "version": output_version}),
         )
         if held.status != protocol.Status.HELD or held.output is None:
-            return False
+            return held.reason or str(held.status)
         if held.output["id"] != output_id or int(held.output["version"]) > output_version:
-            return False
+            return f"the state is of output version {held.output['version']}, past {output_version}"
         sides = {"left": held.left, "right": held.right}
-        return all(
-            (side := sides.get(name)) is not None
-            and side["id"] == versions.table_id
-            and int(side["version"]) == versions.after
-            for name, versions in inputs.items()
-        )
+        for name, versions in inputs.items():
+            side = sides.get(name)
+            if side is None or side["id"] != versions.table_id or int(side["version"]) != versions.after:
+                at = "another table" if side is None or side["id"] != versions.table_id else side["version"]
+                return (
+                    f"the state holds the {name} table at {at}, and this refresh reads its changes after "
+                    f"version {versions.after}"
+                )
+        return None
 
     def lookup(
         self,

@@ -591,7 +591,11 @@ def _refresh_planned(
     store = refresh.store
     served = store.serving_bytes(refresh, plan) if store is not None and plan.mode == "incremental" else None
     read_bytes = served if served is not None else _table_bytes(kind, states, refresh)
-    strategy, learned = _strategy(kind, refresh, plan, states) if plan.mode == "incremental" else (None, None)
+    strategy, learned = (
+        _strategy(kind, refresh, plan, states, state_serves=served is not None)
+        if plan.mode == "incremental"
+        else (None, None)
+    )
     whole_tables = plan.mode == "full" or (strategy is not None and strategy["chosen"] == "recompute")
     with small_refresh(kind.spark, read_bytes, whole_tables=whole_tables) as settings:
         if settings:
@@ -674,14 +678,22 @@ def _after_commit(refresh: RefreshContext, plan: RefreshPlan) -> None:
 
 
 def _strategy(
-    kind: KindRefresh, refresh: RefreshContext, plan: RefreshPlan, states: dict[str, TableState]
+    kind: KindRefresh,
+    refresh: RefreshContext,
+    plan: RefreshPlan,
+    states: dict[str, TableState],
+    *,
+    state_serves: bool = False,
 ) -> tuple[dict[str, Any] | None, LearnedEstimate | None]:
     """How a keyed kind's incremental refresh computes its net changes (the result's ``strategy``), and
     the estimate it weighed: what the spec's ``refresh_strategy`` asks, or for ``auto`` the plan
     :func:`..core.cost_history.choose_plan` takes from the estimates learned from the output's log
     (:func:`..core.cost_history.learned_estimate`). Both plans are estimated whatever the spec asks, so
     that the result and the log can compare the plan that ran with the other. None for a kind without
-    a recompute plan. The plan is recorded in the refresh's commit (``refresh.strategy_record``)."""
+    a recompute plan. The plan is recorded in the refresh's commit (``refresh.strategy_record``). When
+    the output's join state holds this refresh's versions (``state_serves``: in the JVM or in a durable
+    copy it loaded), ``auto`` takes the incremental plan it serves; when it does not, the estimates
+    choose between scanning and recomputing as they would without a state."""
     if not kind.recompute_jobs:
         return None, None
     requested = getattr(kind.identity, "refresh_strategy", "auto")
@@ -695,7 +707,9 @@ def _strategy(
         learned = learned_estimate(features, cost_model(kind.spark), list(refresh.log.costs), cluster)
     preferred = None
     if requested == "auto":
-        preferred = refresh.store.preferred_plan() if refresh.store is not None else kind.preferred_strategy()
+        preferred = (
+            refresh.store.preferred_plan() if state_serves and refresh.store else kind.preferred_strategy()
+        )
     if preferred is not None:
         choice = preferred
     else:

@@ -77,11 +77,11 @@ class JoinStateStore:
         self.report: dict[str, Any] | None = None
 
     def preferred_plan(self) -> PlanChoice:
-        """The plan ``refresh_strategy: auto`` takes with a join state: the incremental one, whose scans
-        it turns into lookups."""
+        """The plan ``refresh_strategy: auto`` takes when the state serves the refresh: the incremental
+        one, whose scans it turns into lookups."""
         return PlanChoice(
             "incremental",
-            "warm_state: true in the spec: the incremental plan looks up what it would scan",
+            "the join state holds this refresh's versions: the incremental plan looks up what it would scan",
             "state",
         )
 
@@ -93,16 +93,18 @@ class JoinStateStore:
         }
 
     def serving_bytes(self, refresh: RefreshContext, plan: RefreshPlan) -> int | None:
-        """The change feeds' bytes when the JVM holds a state this refresh can use (no Spark job), else
-        None: the refresh reads its tables."""
-        if (
-            self.inputs.refused is not None
-            or refresh.log.table_id is None
-            or refresh.log.latest_version is None
-        ):
+        """The change feeds' bytes when the JVM holds, or loads from its durable copy, a state this
+        refresh can use (no Spark job); else None, the report saying why: the refresh reads its tables."""
+        unavailable = self.inputs.refused or self.client.available()
+        if unavailable is not None:
+            self.report = {"used": False, "reason": unavailable}
+            return None
+        if refresh.log.table_id is None or refresh.log.latest_version is None:
             return None
         versions = self._versions(plan)
-        if not self.client.serves(refresh.log.table_id, refresh.log.latest_version, versions):
+        unserved = self.client.why_not_serving(refresh.log.table_id, refresh.log.latest_version, versions)
+        if unserved is not None:
+            self.report = {"used": False, "reason": unserved}
             return None
         sizes = feed_bytes([(self.inputs.sides[name].handle, v.after, v.to) for name, v in versions.items()])
         return None if None in sizes else sum(size or 0 for size in sizes)

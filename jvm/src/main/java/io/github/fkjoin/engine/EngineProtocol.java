@@ -168,6 +168,27 @@ final class EngineProtocol {
     return value;
   }
 
+  /**
+   * A size field in bytes: {@code absent} when the request leaves it out, otherwise a positive whole
+   * number, or the request is refused naming the field (a setting that is not a size must not fall back
+   * to a default in silence).
+   *
+   * <pre>
+   * positiveBytes(request, "memory_bytes", 0);   // 536870912, or 0 when absent
+   * </pre>
+   */
+  static long positiveBytes(JsonNode request, String field, long absent) {
+    JsonNode value = request.get(field);
+    if (value == null || value.isNull()) {
+      return absent;
+    }
+    if (!value.canConvertToLong() || !value.isIntegralNumber() || value.asLong() <= 0) {
+      throw new IllegalArgumentException(
+          NAME + ": field '" + field + "' must be a positive number of bytes, not " + value);
+    }
+    return value.asLong();
+  }
+
   /** A new answer, of this protocol; the action adds its status and fields. */
   static ObjectNode answer() {
     return JSON.createObjectNode().put("protocol", PROTOCOL);

@@ -620,6 +620,11 @@ final class WarmJoinState {
     }
   }
 
+  /** Why a JVM has no state to serve a refresh with, when no build failed. */
+  static final String NO_STATE =
+      "this JVM holds no warm state for the output and the output holds no durable copy that matches "
+          + "the refresh (its first refresh, or the inputs moved on since the last copy)";
+
   /** The versions a state holds (no Spark job), so a refresh can plan for it before it reads. */
   private static void peek(SparkSession spark, JsonNode request, ObjectNode answer) {
     String name = required(request, "state").asText();
@@ -635,12 +640,13 @@ final class WarmJoinState {
                     manifest.path("output_id").asText().equals(output.path("id").asText())
                         && manifest.path("output_version").asLong() <= output.path("version").asLong());
     if (state == null) {
-      answer.put("status", Status.ABSENT.wire());
+      String failed = FAILED.get(name);
+      answer.put("status", Status.ABSENT.wire()).put("reason", failed != null ? failed : NO_STATE);
       return;
     }
     synchronized (state) {
       if (state.closed) {
-        answer.put("status", Status.ABSENT.wire());
+        answer.put("status", Status.ABSENT.wire()).put("reason", NO_STATE);
         return;
       }
       answer.put("status", Status.HELD.wire());
@@ -662,8 +668,9 @@ final class WarmJoinState {
     JsonNode left = required(request, "left");
     JsonNode right = required(request, "right");
     JsonNode output = required(request, "output");
-    long memoryBytes = request.path("memory_bytes").asLong(0);
-    long diskReserve = request.path("disk_reserve_bytes").asLong(StateMemory.DISK_RESERVE);
+    long memoryBytes = EngineProtocol.positiveBytes(request, "memory_bytes", 0);
+    long diskReserve =
+        EngineProtocol.positiveBytes(request, "disk_reserve_bytes", StateMemory.DISK_RESERVE);
     awaitBuild(name);
     State previous = STATES.remove(name);
     if (previous != null) {
@@ -860,10 +867,7 @@ final class WarmJoinState {
       String failed = FAILED.get(name);
       stale(
           answer,
-          failed != null
-              ? failed
-              : "this JVM holds no warm state for the output and the output holds no durable copy that "
-                  + "matches the refresh (its first refresh, or the inputs moved on since the last copy)");
+          failed != null ? failed : NO_STATE);
       return;
     }
     Long built = BUILT.remove(name);

@@ -1,6 +1,7 @@
 package io.github.fkjoin.engine;
 
 import static io.github.fkjoin.engine.LocalSpark.call;
+import static io.github.fkjoin.engine.LocalSpark.refusal;
 import static io.github.fkjoin.engine.LocalSpark.request;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
@@ -225,6 +226,22 @@ class WarmJoinStateTest {
     JsonNode lookup = call(spark, lookup(state, "out"));
     assertEquals("stale", lookup.path("status").asText());
     assertEquals(reason, lookup.path("reason").asText());
+  }
+
+  @Test
+  void aSizeThatIsNotAPositiveNumberOfBytesIsRefusedNamingItsField(SparkSession spark) {
+    inputsAndNoOutput(spark);
+    String state = tables.resolve("sizes").toString();
+    for (String field : List.of("memory_bytes", "disk_reserve_bytes")) {
+      ObjectNode negative = build(state, "out", "order_id").put(field, -1);
+      ObjectNode text = build(state, "out", "order_id").put(field, "1g");
+      for (ObjectNode build : List.of(negative, text)) {
+        String message = refusal(() -> call(spark, build));
+        assertTrue(
+            message.contains("field '" + field + "' must be a positive number of bytes"), message);
+      }
+    }
+    assertEquals("absent", status(spark, peek(state, "out")));
   }
 
   @Test
