@@ -284,3 +284,15 @@ def test_any_other_failure_to_answer_is_kept_for_the_session(monkeypatch) -> Non
     reason = engine_procedure.unavailable_reason(session)  # type: ignore[arg-type]
     assert reason == "the Spark session has no engine jar ([INTERNAL_ERROR] the catalog failed to initialise)"
     assert engine_procedure.unavailable_reason(session) == reason  # type: ignore[arg-type]  # not asked again
+
+
+def test_a_jar_from_before_the_procedure_was_renamed_is_named_as_such(monkeypatch) -> None:
+    answers: list[Exception | dict] = [
+        RuntimeError(
+            "java.lang.IllegalArgumentException: "
+            "catalog fkjoin_engine has one procedure, net_change, not engine"
+        )
+    ]
+    session = _asked(monkeypatch, answers)
+    reason = engine_procedure.unavailable_reason(session)  # type: ignore[arg-type]
+    assert reason is not None and "engine jar predates this version" in reason, reason

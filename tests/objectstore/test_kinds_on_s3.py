@@ -366,7 +366,7 @@ def test_warm_state_durable_on_s3(s3: S3Server, s3_spark) -> None:
     assert output_state(spark, out) == oracle(spark, first, "left")
     warm = WarmState(spark, DeltaHandle(spark, TableRef(path=str(out)), "output"))
     settled = warm.settle()
-    assert settled["status"] == "persisted", (settled, first["warm_state"])
+    assert settled.status == "persisted", (settled, first["warm_state"])
     warm.drop()
     upsert(spark, str(orders), [{"order_id": 2, "customer_id": 10, "amount": 2.5}], ["order_id"])
     second = run_spec(spec, spark=spark)

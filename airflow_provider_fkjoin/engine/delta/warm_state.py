@@ -131,7 +131,9 @@ class WarmState:
         )
         if held.status != protocol.Status.HELD or held.output is None:
             return held.reason or str(held.status)
-        if held.output["id"] != output_id or int(held.output["version"]) > output_version:
+        if held.output["id"] != output_id:
+            return "the state is of another table at the output's location (the output was replaced)"
+        if int(held.output["version"]) > output_version:
             return f"the state is of output version {held.output['version']}, past {output_version}"
         sides = {"left": held.left, "right": held.right}
         for name, versions in inputs.items():
@@ -251,20 +253,20 @@ class WarmState:
             left={
                 "id": left_id,
                 "version": left_version,
-                "view": self.views.add("warm_left_rows", left_rows),
+                "view": self.views.add("warm_build_left", left_rows),
                 "key": left_key,
                 "fk": fk,
             },
             right={
                 "id": right_id,
                 "version": right_version,
-                "view": self.views.add("warm_right_rows", right_rows),
+                "view": self.views.add("warm_build_right", right_rows),
                 "key": right_key,
             },
             output={
                 "id": output_id,
                 "version": output_version,
-                "view": self.views.add("warm_positions", positions),
+                "view": self.views.add("warm_build_positions", positions),
             },
             **sizes,
         )
@@ -296,8 +298,10 @@ def parse_bytes(value: str, setting: str) -> int:
         parsed = size_bytes(value)
     except ValueError:
         parsed = 0
-    if parsed <= 0:
-        raise ValueError(f"{setting}: expected a positive size such as 536870912, 512m or 1g, got {value!r}")
+    if not 0 < parsed < 2**63:  # a JVM's long holds the size
+        raise ValueError(
+            f"{setting}: expected a positive size under 8 EiB such as 536870912, 512m or 1g, got {value!r}"
+        )
     return parsed
 
 

@@ -204,7 +204,7 @@ class RefreshContext:
         commit = self.commit_net_changes(net, key, request, positions=positions) if net is not None else None
         if commit is None:
             commit = merge_output(self.output, merge_source(), key, value_columns, request)
-        if found is not None and net is not None and self.store is not None:
+        if found is not None and self.store is not None:
             self.store.advance(found, commit, net, key)
         return commit
 
@@ -589,10 +589,12 @@ def _refresh_planned(
     states: dict[str, TableState],
 ) -> RefreshResult:
     store = refresh.store
-    served = store.serving_bytes(refresh, plan) if store is not None and plan.mode == "incremental" else None
-    read_bytes = served if served is not None else _table_bytes(kind, states, refresh)
+    serves, served_bytes = (
+        store.serving(refresh, plan) if store is not None and plan.mode == "incremental" else (False, None)
+    )
+    read_bytes = served_bytes if served_bytes is not None else _table_bytes(kind, states, refresh)
     strategy, learned = (
-        _strategy(kind, refresh, plan, states, state_serves=served is not None)
+        _strategy(kind, refresh, plan, states, state_serves=serves)
         if plan.mode == "incremental"
         else (None, None)
     )

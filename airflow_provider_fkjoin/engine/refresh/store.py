@@ -11,8 +11,8 @@ and puts its report in the result (``warm_state``). The state itself is the engi
 (:mod:`..delta.warm_state`).
 
     >>> store = JoinStateStore(spark, output, kind.state_inputs())
-    >>> store.serving_bytes(refresh, plan)  # the change feeds' bytes: the state holds the rest
-    2114
+    >>> store.serving(refresh, plan)  # it serves, and the refresh reads its change feeds' bytes
+    (True, 2114)
     >>> found = store.lookup(plan, refresh, (left_changes, left_after), (right_changes, None))
 """
 
@@ -92,22 +92,23 @@ class JoinStateStore:
             for name in SIDES
         }
 
-    def serving_bytes(self, refresh: RefreshContext, plan: RefreshPlan) -> int | None:
-        """The change feeds' bytes when the JVM holds, or loads from its durable copy, a state this
-        refresh can use (no Spark job); else None, the report saying why: the refresh reads its tables."""
+    def serving(self, refresh: RefreshContext, plan: RefreshPlan) -> tuple[bool, int | None]:
+        """Whether the JVM holds, or loads from its durable copy, a state this refresh can use (no Spark
+        job; when not, the report says why), and then the bytes the refresh reads: its change feeds'
+        (None when a feed's size is unknown: the refresh counts its tables)."""
         unavailable = self.inputs.refused or self.client.available()
         if unavailable is not None:
             self.report = {"used": False, "reason": unavailable}
-            return None
+            return False, None
         if refresh.log.table_id is None or refresh.log.latest_version is None:
-            return None
+            return False, None
         versions = self._versions(plan)
         unserved = self.client.why_not_serving(refresh.log.table_id, refresh.log.latest_version, versions)
         if unserved is not None:
             self.report = {"used": False, "reason": unserved}
-            return None
+            return False, None
         sizes = feed_bytes([(self.inputs.sides[name].handle, v.after, v.to) for name, v in versions.items()])
-        return None if None in sizes else sum(size or 0 for size in sizes)
+        return True, None if None in sizes else sum(size or 0 for size in sizes)
 
     def lookup(
         self,
@@ -142,15 +143,16 @@ class JoinStateStore:
         self.report = report
         return found
 
-    def advance(self, found: StateLookup, commit: Commit, net: NetChanges, key: list[str]) -> None:
+    def advance(self, found: StateLookup, commit: Commit, net: NetChanges | None, key: list[str]) -> None:
         """Bring the state to the refresh's commit, or drop it when the commit is not one it can follow
-        (written by MERGE): the keys ``net`` replaced or deleted lose their positions, the files the
-        commit added give the new ones."""
+        (written by MERGE, or without net changes to follow): the keys ``net`` replaced or deleted lose
+        their positions, the files the commit added give the new ones."""
         report = self.report
         assert report is not None
-        if commit.write_path != "net_changes":
+        if commit.write_path != "net_changes" or net is None:
             self.client.drop()
-            report["reason"] = "the refresh was written by MERGE: the state is built again"
+            how = "by MERGE" if commit.write_path != "net_changes" else "without net changes"
+            report["reason"] = f"the refresh was written {how}: the state is built again"
             return
         removed = net.frame.where(F.col(CHANGE).isin("update", "delete")).select(*[quote(c) for c in key])
         problem = self.client.advance(

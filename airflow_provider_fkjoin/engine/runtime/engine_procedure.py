@@ -79,7 +79,13 @@ def unavailable_reason(spark: SparkSession) -> str | None:
         named = f"{type(error).__name__}: {text}"
         if isinstance(error, ConnectionError) or any(sign in named for sign in _TRANSIENT):
             return f"the engine procedure could not be reached this time ({first_line[:300]})"
-        reason = f"the Spark session has no engine jar ({first_line[:300]})"
+        if "has one procedure, net_change" in text:  # a jar built before the procedure's rename
+            reason = (
+                f"the Spark session's engine jar predates this version (it has no {PROCEDURE} procedure); "
+                "install the jar of the same airflow-provider-fkjoin version"
+            )
+        else:
+            reason = f"the Spark session has no engine jar ({first_line[:300]})"
     _checked[spark] = reason
     return reason
 

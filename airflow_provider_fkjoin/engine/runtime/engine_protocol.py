@@ -96,6 +96,7 @@ class Describe(Request[DescribeAnswer]):
     """What the JVM side speaks: the first request a session sends (:func:`.engine_procedure.supports`)."""
 
     action: ClassVar[str] = "describe"
+    answer_class = DescribeAnswer
 
 
 class PrepareAnswer(Answer):

@@ -39,6 +39,8 @@ final class EngineProcedure {
       case FEED_SIZE -> TableFiles.feedSize(spark, fields, answer);
       case WARM_BUILD, WARM_LOOKUP, WARM_ADVANCE, WARM_PEEK, WARM_SETTLE, WARM_DROP ->
           WarmJoinState.handle(spark, request.action(), fields, answer);
+      default -> throw new IllegalStateException(
+          EngineProtocol.NAME + ": action " + request.action().wire() + " has no handler");
     }
     return answer.toString();
   }

@@ -668,9 +668,15 @@ final class WarmJoinState {
     JsonNode left = required(request, "left");
     JsonNode right = required(request, "right");
     JsonNode output = required(request, "output");
-    long memoryBytes = EngineProtocol.positiveBytes(request, "memory_bytes", 0);
-    long diskReserve =
-        EngineProtocol.positiveBytes(request, "disk_reserve_bytes", StateMemory.DISK_RESERVE);
+    long memoryBytes;
+    long diskReserve;
+    try {
+      memoryBytes = EngineProtocol.positiveBytes(request, "memory_bytes", 0);
+      diskReserve = EngineProtocol.positiveBytes(request, "disk_reserve_bytes", StateMemory.DISK_RESERVE);
+    } catch (IllegalArgumentException error) {
+      answer.put("status", Status.REFUSED.wire()).put("reason", error.getMessage());
+      return;
+    }
     awaitBuild(name);
     State previous = STATES.remove(name);
     if (previous != null) {
@@ -837,6 +843,7 @@ final class WarmJoinState {
         discard(name, state);
       }
       answer.removeAll();
+      answer.put("protocol", EngineProtocol.PROTOCOL);
       stale(answer, "the warm state's store failed (" + error.getMessage() + "); it is built again");
     }
   }

@@ -1,7 +1,6 @@
 package io.github.fkjoin.engine;
 
 import static io.github.fkjoin.engine.LocalSpark.call;
-import static io.github.fkjoin.engine.LocalSpark.refusal;
 import static io.github.fkjoin.engine.LocalSpark.request;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
@@ -236,9 +235,10 @@ class WarmJoinStateTest {
       ObjectNode negative = build(state, "out", "order_id").put(field, -1);
       ObjectNode text = build(state, "out", "order_id").put(field, "1g");
       for (ObjectNode build : List.of(negative, text)) {
-        String message = refusal(() -> call(spark, build));
-        assertTrue(
-            message.contains("field '" + field + "' must be a positive number of bytes"), message);
+        JsonNode refused = call(spark, build);
+        assertEquals("refused", refused.path("status").asText(), refused.toString());
+        String reason = refused.path("reason").asText();
+        assertTrue(reason.contains("field '" + field + "' must be a positive number of bytes"), reason);
       }
     }
     assertEquals("absent", status(spark, peek(state, "out")));
