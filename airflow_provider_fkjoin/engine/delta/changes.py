@@ -19,6 +19,7 @@ from pyspark.sql import functions as F
 from ..core.errors import FkJoinError, InputDataError
 from ..core.planning import RebuildRequired, cdf_unavailable_reason
 from ..core.spec import quote
+from ..runtime.engine_protocol import NET_COLUMN
 from ..runtime.internals import observation_metrics
 from ..runtime.session import (
     WHOLE_TABLES_PARTITION_BYTES,
@@ -178,7 +179,7 @@ def _grouped_feed(request: FeedRequest) -> DataFrame:
     aggregates = [
         F.count(F.lit(1)).alias("_fkjoin_rows"),
         F.sum("_fkjoin_live").alias("_fkjoin_live"),
-        F.sum(F.coalesce(net, F.lit(0))).alias("_fkjoin_net"),
+        F.sum(F.coalesce(net, F.lit(0))).alias(NET_COLUMN),
     ]
     if image_columns is not None:
         before = F.when(F.col("_change_type").isin(*PRE_IMAGE_TYPES), 0).otherwise(1)

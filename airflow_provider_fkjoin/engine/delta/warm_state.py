@@ -64,9 +64,6 @@ LOOKUP_COUNTS = (
     "disk_bytes",
 )
 
-#: The feed's inserts less deletes per key (see :func:`.changes.changed_keys_of`).
-NET = protocol.NET_COLUMN
-
 
 @dataclass(frozen=True)
 class SideVersions:
@@ -306,7 +303,7 @@ def parse_bytes(value: str, setting: str) -> int:
 
 
 def net_counts(changes: ChangedKeys) -> DataFrame:
-    """Each changed key with its feed's inserts less deletes (:data:`NET`): what the warm state adds to
+    """Each changed key with its feed's inserts less deletes (``_fkjoin_net``): what the warm state adds to
     the key's held row (0 or 1) to know whether the table now holds it twice."""
     key = [quote(c) for c in changes.keys.columns]
-    return changes.cached.where(~F.col("_fkjoin_null")).select(*key, NET)
+    return changes.cached.where(~F.col("_fkjoin_null")).select(*key, protocol.NET_COLUMN)

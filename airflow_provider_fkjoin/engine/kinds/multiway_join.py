@@ -75,6 +75,7 @@ from ..delta.changes import (
     verify_observed,
 )
 from ..delta.tables import (
+    ROW_POSITION_COLUMNS,
     DeltaHandle,
     TableState,
     cdf_off_warnings,
@@ -1122,7 +1123,7 @@ def _copy_changes(old: DataFrame, new: DataFrame, columns: list[str]) -> NetChan
         hashed = live.withColumn(ROW_HASH, row_hash(columns)).join(
             maybe_broadcast(wanted, net.keys), on=ROW_HASH, how="left_semi"
         )
-        order = Window.partitionBy(ROW_HASH).orderBy("_fkjoin_file", "_fkjoin_row")
+        order = Window.partitionBy(ROW_HASH).orderBy(*ROW_POSITION_COLUMNS)
         return hashed.withColumn(COPY, F.row_number().over(order))
 
     net.derive_key = derive_key

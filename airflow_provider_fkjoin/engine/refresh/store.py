@@ -72,9 +72,10 @@ class JoinStateStore:
     def __init__(self, spark: SparkSession, output: DeltaHandle, inputs: StateInputs) -> None:
         self.inputs = inputs
         self.client = WarmState(spark, output)
-        self.spark = spark
         #: The result's ``warm_state``: whether the state served and why not, and what it did.
         self.report: dict[str, Any] | None = None
+        #: What :meth:`serving` found (None: not asked): a state found not to serve is not asked again.
+        self.serves: bool | None = None
 
     def preferred_plan(self) -> PlanChoice:
         """The plan ``refresh_strategy: auto`` takes when the state serves the refresh: the incremental
@@ -96,17 +97,16 @@ class JoinStateStore:
         """Whether the JVM holds, or loads from its durable copy, a state this refresh can use (no Spark
         job; when not, the report says why), and then the bytes the refresh reads: its change feeds'
         (None when a feed's size is unknown: the refresh counts its tables)."""
-        unavailable = self.inputs.refused or self.client.available()
-        if unavailable is not None:
-            self.report = {"used": False, "reason": unavailable}
-            return False, None
-        if refresh.log.table_id is None or refresh.log.latest_version is None:
+        self.serves = False
+        output_id, output_version = refresh.log.table_id, refresh.log.latest_version
+        if output_id is None or output_version is None:
             return False, None
         versions = self._versions(plan)
-        unserved = self.client.why_not_serving(refresh.log.table_id, refresh.log.latest_version, versions)
+        unserved = self.inputs.refused or self.client.why_not_serving(output_id, output_version, versions)
         if unserved is not None:
             self.report = {"used": False, "reason": unserved}
             return False, None
+        self.serves = True
         sizes = feed_bytes([(self.inputs.sides[name].handle, v.after, v.to) for name, v in versions.items()])
         return True, None if None in sizes else sum(size or 0 for size in sizes)
 
@@ -120,7 +120,9 @@ class JoinStateStore:
         """The rows and output positions this refresh's changes affect (each side's changed keys and
         their rows at the pinned version), or None, the report saying why: the refresh then scans, and
         the state is built again after its commit."""
-        unavailable = self.client.available() or self.inputs.refused
+        if self.serves is False:  # the report says why
+            return None
+        unavailable = self.inputs.refused or self.client.available()
         if unavailable is not None:
             self.report = {"used": False, "reason": unavailable}
             return None
@@ -169,7 +171,7 @@ class JoinStateStore:
         copy so that the next process loads it."""
         if not (self.report or {}).get("advanced"):
             self._build(plan)
-        if str(self.spark.conf.get(SETTLE_CONF, "false")).lower() != "true" or self.report is None:
+        if str(self.client.spark.conf.get(SETTLE_CONF, "false")).lower() != "true" or self.report is None:
             return
         if self.client.available() is None:
             phase("warm_state_settling")

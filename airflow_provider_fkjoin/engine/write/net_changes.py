@@ -358,14 +358,13 @@ def _located(live: DataFrame, changes: NetChanges, key: list[str]) -> DataFrame:
     if CHANGE in live.columns:  # already located (changed_positions)
         return live
     wanted = changes.frame.select(*key_hashes(key), CHANGE, EXPECTED)
-    rows = live.select(*[quote(c) for c in key], "_fkjoin_file", "_fkjoin_row")
+    rows = live.select(*[quote(c) for c in key], *ROW_POSITION_COLUMNS)
     if not changes.null_safe:
         return rows.join(maybe_broadcast(wanted, changes.keys), on=key, how="inner")
     found, sought = rows.alias("l"), maybe_broadcast(wanted, changes.keys).alias("w")
     return found.join(sought, _key_condition("l", "w", key, True), "inner").select(
         *[F.col(f"l.{quote(c)}").alias(c) for c in key],
-        "l._fkjoin_file",
-        "l._fkjoin_row",
+        *[f"l.{c}" for c in ROW_POSITION_COLUMNS],
         *[F.col(f"w.{h}").alias(h) for h in HASHES],
         F.col(f"w.{CHANGE}").alias(CHANGE),
         F.col(f"w.{EXPECTED}").alias(EXPECTED),

@@ -96,6 +96,12 @@ class WarmJoinStateTest {
     return request;
   }
 
+  /** {@code request} with {@code side}'s changes up to its version 1: the changed keys' view and their rows'. */
+  private static ObjectNode changed(ObjectNode request, String side, String keys, String after) {
+    request.withObjectProperty(side).put("to", 1).put("keys", keys).put("after", after);
+    return request;
+  }
+
   private static ObjectNode peek(String state, String outputId) {
     ObjectNode request = request("warm_peek").put("state", state);
     request.putObject("output").put("id", outputId).put("version", 0);
@@ -130,13 +136,8 @@ class WarmJoinStateTest {
     // customer 10 renamed at version 1 of customers: its two orders are affected, with their positions
     spark.sql("SELECT 10L AS customer_id, 0L AS _fkjoin_net").createOrReplaceTempView("probe_right_keys");
     spark.sql("SELECT 10L AS customer_id, 'A' AS name").createOrReplaceTempView("probe_right_after");
-    ObjectNode request = lookup(out, outputId);
-    request
-        .withObjectProperty("right")
-        .put("to", 1)
-        .put("keys", "probe_right_keys")
-        .put("after", "probe_right_after");
-    JsonNode found = call(spark, request);
+    JsonNode found =
+        call(spark, changed(lookup(out, outputId), "right", "probe_right_keys", "probe_right_after"));
     assertEquals("ready", found.path("status").asText(), found.toString());
     assertEquals(2, found.path("left_rows").asLong());
     assertEquals(1, found.path("right_rows").asLong());
@@ -182,13 +183,8 @@ class WarmJoinStateTest {
     // order 1 inserted again: the left table would hold it twice
     spark.sql("SELECT 1L AS order_id, 1L AS _fkjoin_net").createOrReplaceTempView("probe_left_keys");
     spark.sql("SELECT * FROM probe_orders WHERE order_id = 1").createOrReplaceTempView("probe_left_after");
-    ObjectNode twice = lookup(out, outputId);
-    twice
-        .withObjectProperty("left")
-        .put("to", 1)
-        .put("keys", "probe_left_keys")
-        .put("after", "probe_left_after");
-    JsonNode duplicates = call(spark, twice);
+    JsonNode duplicates =
+        call(spark, changed(lookup(out, outputId), "left", "probe_left_keys", "probe_left_after"));
     assertEquals("duplicates", duplicates.path("status").asText(), duplicates.toString());
     assertEquals("left", duplicates.path("side").asText());
     assertEquals(1, duplicates.path("repeats").asLong());
