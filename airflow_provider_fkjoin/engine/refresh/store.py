@@ -74,7 +74,8 @@ class JoinStateStore:
         self.client = WarmState(spark, output)
         #: The result's ``warm_state``: whether the state served and why not, and what it did.
         self.report: dict[str, Any] | None = None
-        #: What :meth:`serving` found (None: not asked): a state found not to serve is not asked again.
+        #: What :meth:`JoinStateStore.serving` found (None: not asked): a state found not to serve is
+        #: not asked again.
         self.serves: bool | None = None
 
     def preferred_plan(self) -> PlanChoice:
